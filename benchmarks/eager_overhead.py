@@ -1,0 +1,139 @@
+"""Eager-mode overhead: small-op launch latency and a TinyGPT training step, device vs CPU.
+
+(a) For each small-tensor op: warm up, then time N launches followed by one synchronize,
+    R times; report the median time per op on the device and on CPU tensors, and the ratio.
+(b) One TinyGPT training step (forward + backward + AdamW; batch 8, block 64, default
+    config), synchronized at the end of every step: median over the measured steps.
+
+Targets: small ops at most 5x the CPU time per op, the training step at most 1.25x.
+
+    python benchmarks/eager_overhead.py              # neuron vs cpu
+    python benchmarks/eager_overhead.py --device cpu --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+
+SMALL_OP_TARGET = 5.0
+TRAIN_STEP_TARGET = 1.25
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued work on ``device`` (``torch.neuron.synchronize()`` for neuron)."""
+    torch.get_device_module(device).synchronize()
+
+
+def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
+    """Small-tensor operations, each a closure over inputs already on ``device``."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(64, generator=g).to(device) for _ in range(2))
+    m = torch.randn(8, 8, generator=g).to(device)
+    weight, bias = torch.ones(8, device=device), torch.zeros(8, device=device)
+    index = torch.tensor([0, 3, 5, 7, 11, 13], device=device)
+    acc = torch.zeros(64, device=device)
+    return {
+        "add": lambda: a + b,
+        "mul": lambda: a * b,
+        "relu": lambda: torch.relu(a),
+        "matmul 8x8": lambda: m @ m,
+        "sum": lambda: a.sum(),
+        "softmax": lambda: torch.softmax(m, dim=-1),
+        "layer_norm": lambda: F.layer_norm(m, (8,), weight, bias),
+        "index_select": lambda: torch.index_select(a, 0, index),
+        "cat": lambda: torch.cat([a, b]),
+        "add_ (in-place)": lambda: acc.add_(b),
+    }
+
+
+def time_op(op: Callable[[], object], device: torch.device, launches: int, repeats: int) -> float:
+    """Median seconds per launch of ``op`` (each repeat: ``launches`` launches + one sync)."""
+    for _ in range(max(launches // 10, 5)):
+        op()
+    synchronize(device)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(launches):
+            op()
+        synchronize(device)
+        samples.append((time.perf_counter() - start) / launches)
+    return statistics.median(samples)
+
+
+def time_train_step(device: torch.device, warmup: int, steps: int) -> float:
+    """Median seconds per synchronized TinyGPT training step on ``device``."""
+    config = GPTConfig()
+    torch.manual_seed(0)
+    model = TinyGPT(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ((x, y),) = make_batches(1, 8, config.block_size, config.vocab_size, seed=0)
+    x, y = x.to(device), y.to(device)
+    samples = []
+    for step in range(warmup + steps):
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = model(x, y)[1]
+        loss.backward()
+        optimizer.step()
+        synchronize(device)
+        if step >= warmup:
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def verdict(ratio: float, target: float) -> str:
+    """Whether ``ratio`` is within ``target``."""
+    return "meets target" if ratio <= target else "MISSES target"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="neuron", help="device to measure (default: neuron)")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
+    args = parser.parse_args()
+    device, cpu = torch.device(args.device), torch.device("cpu")
+    launches, repeats = (50, 3) if args.quick else (200, 7)
+    warmup_steps, train_steps = (2, 5) if args.quick else (5, 20)
+    name = args.device
+
+    print(f"(a) small-op latency: median of {repeats} x ({launches} launches + 1 sync), per op")
+    header = f"{'op':<16} | {f'{name} us':>10} | {'cpu us':>8} | {f'{name}/cpu':>10}"
+    print(header)
+    print("-" * len(header))
+    device_ops, cpu_ops = small_ops(device), small_ops(cpu)
+    ratios = []
+    for op_name, op in device_ops.items():
+        t_dev = time_op(op, device, launches, repeats)
+        t_cpu = time_op(cpu_ops[op_name], cpu, launches, repeats)
+        ratios.append(t_dev / t_cpu)
+        print(f"{op_name:<16} | {t_dev * 1e6:>10.1f} | {t_cpu * 1e6:>8.1f} | {ratios[-1]:>9.2f}x")
+    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    worst = max(ratios)
+    print(f"geometric mean {geomean:.2f}x (target <= {SMALL_OP_TARGET:g}x), max {worst:.2f}x")
+
+    print(f"\n(b) TinyGPT training step (fwd+bwd+AdamW, batch 8 x 64): median of {train_steps} "
+          f"steps after {warmup_steps} warm-up")
+    t_dev = time_train_step(device, warmup_steps, train_steps)
+    t_cpu = time_train_step(cpu, warmup_steps, train_steps)
+    step_ratio = t_dev / t_cpu
+    print(f"{name}: {t_dev * 1e3:.2f} ms   cpu: {t_cpu * 1e3:.2f} ms   "
+          f"ratio {step_ratio:.2f}x (target <= {TRAIN_STEP_TARGET:g}x)")
+
+    print(f"\nSUMMARY {name}/cpu: small ops geomean {geomean:.2f}x (max {worst:.2f}x), "
+          f"target <= {SMALL_OP_TARGET:g}x: {verdict(geomean, SMALL_OP_TARGET)}; "
+          f"training step {step_ratio:.2f}x, target <= {TRAIN_STEP_TARGET:g}x: "
+          f"{verdict(step_ratio, TRAIN_STEP_TARGET)}")
+
+
+if __name__ == "__main__":
+    main()

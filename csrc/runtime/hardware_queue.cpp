@@ -1,0 +1,250 @@
+#include "hardware_queue.h"
+
+#include <chrono>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "runtime.h"
+
+namespace neuron_rt {
+
+Nanos now_ns() {
+  using namespace std::chrono;
+  return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+HardwareQueue::HardwareQueue(int device) : device_(device) {
+  streams_.push_back(Stream{0});  // stream 0: the default stream
+  worker_ = std::thread([this] { run(); });
+}
+
+HardwareQueue::~HardwareQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+int HardwareQueue::create_stream(int priority) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.push_back(Stream{priority});
+  return static_cast<int>(streams_.size()) - 1;
+}
+
+int HardwareQueue::stream_priority(int stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_.at(stream).priority;
+}
+
+int HardwareQueue::num_streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(streams_.size());
+}
+
+void HardwareQueue::drain_retired() {
+  std::vector<std::function<void()>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired.swap(retired_);
+  }
+}
+
+uint64_t HardwareQueue::push(int stream, Item item) {
+  drain_retired();
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stream& s = streams_.at(stream);
+    seq = item.seq = next_seq_++;
+    s.items.push_back(std::move(item));
+    s.enqueued++;
+  }
+  work_cv_.notify_one();
+  return seq;
+}
+
+uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo info,
+                               std::shared_ptr<std::exception_ptr> capture) {
+  Item item;
+  item.fn = std::move(fn);
+  item.info = std::move(info);
+  item.capture = std::move(capture);
+  return push(stream, std::move(item));
+}
+
+void HardwareQueue::record(int stream, const std::shared_ptr<Event>& event) {
+  Item item;
+  item.record_event = event;
+  item.record_version = ++event->recorded;
+  push(stream, std::move(item));
+}
+
+void HardwareQueue::wait(int stream, const std::shared_ptr<Event>& event) {
+  const uint64_t version = event->recorded.load();
+  if (version == 0) return;  // never recorded: nothing to wait for (CUDA semantics)
+  Item item;
+  item.wait_event = event;
+  item.wait_version = version;
+  push(stream, std::move(item));
+}
+
+int HardwareQueue::pick_locked() const {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(streams_.size()); ++i) {
+    const Stream& s = streams_[i];
+    if (s.items.empty()) continue;
+    const Item& head = s.items.front();
+    if (head.wait_event && head.wait_event->completed.load() < head.wait_version) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const Stream& b = streams_[best];
+    if (s.priority < b.priority ||
+        (s.priority == b.priority && head.seq < b.items.front().seq))
+      best = i;
+  }
+  return best;
+}
+
+void HardwareQueue::store_error(const Item& item, std::exception_ptr error) {
+  if (item.capture) {
+    *item.capture = error;
+    return;
+  }
+  std::string what;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown error";
+  }
+  std::lock_guard<std::mutex> lock(error_mu_);
+  if (error_) return;  // the earliest error wins
+  std::ostringstream msg;
+  msg << "neuron:" << device_ << ": device kernel '" << item.info.name
+      << "' failed: " << what
+      << "\nDevice errors are reported at the next synchronization point, so the Python line "
+         "above may not be the one that launched the kernel. Set NEURON_LAUNCH_BLOCKING=1 to "
+         "raise at the launching operation";
+  if (item.info.launch_stack.empty())
+    msg << ", or TORCH_NEURONX_ENABLE_STACK_TRACE=1 to record the launching Python stack.";
+  else
+    msg << ".\nKernel launched from (most recent call last):\n" << item.info.launch_stack;
+  error_ = msg.str();
+}
+
+void HardwareQueue::run() {
+  for (;;) {
+    Item item;
+    int stream;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || pick_locked() >= 0; });
+      if (stop_) return;
+      stream = pick_locked();
+      item = std::move(streams_[stream].items.front());
+      streams_[stream].items.pop_front();
+    }
+    if (item.fn) {
+      try {
+        item.fn();
+      } catch (...) {
+        store_error(item, std::current_exception());
+      }
+      executed_++;
+    }
+    if (item.record_event) {
+      item.record_event->timestamp = now_ns();
+      item.record_event->completed = item.record_version;
+      Runtime::get().notify_all_queues();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Stream& s = streams_[stream];
+      s.completed++;
+      s.last_seq_done = item.seq;
+      // The kernel's captures may own the last reference to objects whose release needs the
+      // launching thread's interpreter: launching threads destroy them (see drain_retired).
+      if (item.fn) retired_.push_back(std::move(item.fn));
+      if (waiters_ == 0) continue;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void HardwareQueue::notify() {
+  { std::lock_guard<std::mutex> lock(mu_); }
+  work_cv_.notify_one();
+}
+
+bool HardwareQueue::query_stream(int stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Stream& s = streams_.at(stream);
+  return s.completed == s.enqueued;
+}
+
+void HardwareQueue::wait_item(int stream, uint64_t seq) {
+  std::unique_lock<std::mutex> lock(mu_);
+  waiters_++;
+  done_cv_.wait(lock, [&] {
+    const Stream& s = streams_[stream];
+    return s.last_seq_done >= seq || s.completed == s.enqueued;
+  });
+  waiters_--;
+  lock.unlock();
+  drain_retired();
+}
+
+void HardwareQueue::synchronize_stream(int stream) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = streams_.at(stream).enqueued;
+  waiters_++;
+  done_cv_.wait(lock, [&] { return streams_[stream].completed >= target; });
+  waiters_--;
+  lock.unlock();
+  drain_retired();
+}
+
+void HardwareQueue::synchronize() {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<uint64_t> targets;
+  for (const Stream& s : streams_) targets.push_back(s.enqueued);
+  waiters_++;
+  done_cv_.wait(lock, [&] {
+    for (size_t i = 0; i < targets.size(); ++i)
+      if (streams_[i].completed < targets[i]) return false;
+    return true;
+  });
+  waiters_--;
+  lock.unlock();
+  drain_retired();
+}
+
+void HardwareQueue::wait_event(const Event& event) {
+  const uint64_t version = event.recorded.load();
+  std::unique_lock<std::mutex> lock(mu_);
+  waiters_++;
+  done_cv_.wait(lock, [&] { return event.completed.load() >= version; });
+  waiters_--;
+}
+
+void HardwareQueue::raise_pending_error() {
+  std::optional<std::string> error;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    error.swap(error_);
+  }
+  if (error) throw std::runtime_error(*error);
+}
+
+bool HardwareQueue::has_pending_error() const {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  return error_.has_value();
+}
+
+}  // namespace neuron_rt

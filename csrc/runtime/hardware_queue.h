@@ -1,0 +1,117 @@
+// The hardware queue of one NeuronCore: a worker thread that executes kernels in order.
+//
+// Streams are multiplexed onto the single queue (SPEC 1.5): each stream keeps FIFO order;
+// among streams whose next item is ready the worker picks the highest priority (lowest
+// number), then the oldest launch. A stream blocked on an event waits while others run.
+// Errors raised by a kernel are stored (earliest wins) and re-raised at the next
+// synchronization point.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace neuron_rt {
+
+using Nanos = int64_t;
+Nanos now_ns();
+
+// A marker in a stream. `record` bumps `recorded`; the worker sets `completed` when it
+// reaches the marker, so the event is complete once completed == recorded.
+struct Event {
+  explicit Event(int device, bool timing) : device(device), timing(timing) {}
+  const int device;
+  const bool timing;
+  std::atomic<uint64_t> recorded{0};
+  std::atomic<uint64_t> completed{0};
+  std::atomic<Nanos> timestamp{0};
+  bool query() const { return completed.load() >= recorded.load(); }
+};
+
+// What a kernel launch carries besides its body.
+struct LaunchInfo {
+  std::string name;          // operation name, used in error messages
+  std::string launch_stack;  // Python stack at launch, when stack capture is on
+};
+
+class HardwareQueue {
+ public:
+  HardwareQueue(int device);
+  ~HardwareQueue();
+
+  int create_stream(int priority);
+  int stream_priority(int stream) const;
+  int num_streams() const;
+
+  // Enqueue a kernel; returns its sequence number. When `capture` is set, an exception
+  // thrown by the kernel goes there instead of the deferred-error slot.
+  uint64_t launch(int stream, std::function<void()> fn, LaunchInfo info,
+                  std::shared_ptr<std::exception_ptr> capture = nullptr);
+  void record(int stream, const std::shared_ptr<Event>& event);
+  void wait(int stream, const std::shared_ptr<Event>& event);
+
+  bool query_stream(int stream) const;
+  void wait_item(int stream, uint64_t seq);   // until the given launch has executed
+  void synchronize_stream(int stream);
+  void synchronize();                          // every stream of this core
+  void wait_event(const Event& event);
+
+  // Re-raise (and clear) the earliest stored kernel error, if any.
+  void raise_pending_error();
+  bool has_pending_error() const;
+
+  // Wakes the worker when an event of another core completes (cross-core waits).
+  void notify();
+  uint64_t kernels_executed() const { return executed_.load(); }
+  // Destroy the bodies of executed kernels (and what they captured) on the calling thread.
+  void drain_retired();
+
+ private:
+  struct Item {
+    std::function<void()> fn;
+    LaunchInfo info;
+    uint64_t seq;
+    std::shared_ptr<std::exception_ptr> capture;
+    std::shared_ptr<Event> record_event;  // marker: complete this event
+    uint64_t record_version = 0;
+    std::shared_ptr<Event> wait_event;    // marker: block the stream until complete
+    uint64_t wait_version = 0;
+  };
+  struct Stream {
+    int priority;
+    std::deque<Item> items;
+    uint64_t enqueued = 0, completed = 0;
+    uint64_t last_seq_done = 0;
+  };
+
+  uint64_t push(int stream, Item item);
+  int pick_locked() const;
+  void run();
+  void store_error(const Item& item, std::exception_ptr error);
+
+  const int device_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::vector<Stream> streams_;
+  std::vector<std::function<void()>> retired_;  // executed kernel bodies awaiting destruction
+  uint64_t next_seq_ = 1;
+  bool stop_ = false;
+  int waiters_ = 0;
+  std::atomic<uint64_t> executed_{0};
+
+  mutable std::mutex error_mu_;
+  std::optional<std::string> error_;
+
+  std::thread worker_;
+};
+
+}  // namespace neuron_rt

@@ -1,0 +1,156 @@
+#include "hbm_pool.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace neuron_rt {
+
+namespace {
+constexpr size_t kMinBlock = 512;           // same rounding as the CUDA caching allocator
+constexpr size_t kAlignment = 64;           // CPU kernels vectorise on 64-byte boundaries
+constexpr size_t kSmallLimit = 1 << 20;     // blocks below 1 MiB are reused only at equal size
+
+std::string mib(size_t bytes) {
+  std::ostringstream s;
+  s.precision(2);
+  s << std::fixed << bytes / 1048576.0 << " MiB";
+  return s.str();
+}
+}  // namespace
+
+void Stat::increase(int64_t amount) {
+  current += amount;
+  allocated += amount;
+  if (current > peak) peak = current;
+}
+
+void Stat::decrease(int64_t amount) {
+  current -= amount;
+  freed += amount;
+}
+
+size_t HbmPool::round_size(size_t nbytes) {
+  return ((nbytes + kMinBlock - 1) / kMinBlock) * kMinBlock;
+}
+
+HbmPool::~HbmPool() {
+  // Process teardown: tensors may still hold blocks; return what is cached and leak the rest
+  // (their deleters may run after us during static destruction).
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+Block* HbmPool::allocate(size_t nbytes) {
+  const size_t size = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Best fit among cached blocks; a small request never takes a much larger block.
+  auto it = cached_.lower_bound(size);
+  const size_t limit = size < kSmallLimit ? size : size + size / 2;
+  Block* block = nullptr;
+  if (it != cached_.end() && it->first <= limit) {
+    block = it->second;
+    cached_.erase(it);
+  } else {
+    if (stats_.reserved_bytes.current + static_cast<int64_t>(size) >
+        static_cast<int64_t>(capacity_)) {
+      stats_.num_alloc_retries++;
+      release_cached_locked();
+    }
+    void* ptr = nullptr;
+    const bool fits = stats_.reserved_bytes.current + static_cast<int64_t>(size) <=
+                      static_cast<int64_t>(capacity_);
+    if (!fits || posix_memalign(&ptr, kAlignment, size) != 0) {
+      stats_.num_ooms++;
+      std::ostringstream msg;
+      msg << "neuron:" << device_ << " is out of memory: tried to allocate " << mib(size)
+          << " (" << size << " bytes); " << mib(stats_.allocated_bytes.current)
+          << " allocated, " << mib(stats_.reserved_bytes.current) << " reserved, capacity "
+          << mib(capacity_) << (fits ? " (host memory exhausted)" : "")
+          << ". Free tensors you no longer need, use a smaller batch, or spread the model"
+             " over more cores.";
+      throw OutOfMemory(msg.str());
+    }
+    block = new Block{this, ptr, size, 0, device_};
+    live_[ptr] = block;
+    stats_.segment.increase(1);
+    stats_.reserved_bytes.increase(size);
+    stats_.num_device_alloc++;
+  }
+  block->requested = nbytes;
+  stats_.allocation.increase(1);
+  stats_.active.increase(1);
+  stats_.allocated_bytes.increase(block->size);
+  stats_.active_bytes.increase(block->size);
+  stats_.requested_bytes.increase(nbytes);
+  return block;
+}
+
+void HbmPool::free(Block* block) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.allocation.decrease(1);
+  stats_.active.decrease(1);
+  stats_.allocated_bytes.decrease(block->size);
+  stats_.active_bytes.decrease(block->size);
+  stats_.requested_bytes.decrease(block->requested);
+  cached_.emplace(block->size, block);
+}
+
+void HbmPool::release_cached_locked() {
+  for (auto& [size, block] : cached_) {
+    live_.erase(block->ptr);
+    std::free(block->ptr);
+    stats_.segment.decrease(1);
+    stats_.reserved_bytes.decrease(size);
+    stats_.num_device_free++;
+    delete block;
+  }
+  cached_.clear();
+}
+
+void HbmPool::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+bool HbmPool::owns(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [base, block] : live_) {
+    auto p = static_cast<const char*>(ptr);
+    auto b = static_cast<const char*>(base);
+    if (p >= b && p < b + block->size) return true;
+  }
+  return false;
+}
+
+PoolStats HbmPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void HbmPool::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Stat* s : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+                  &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
+    s->reset_peak();
+}
+
+void HbmPool::reset_accumulated() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Stat* s : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+                  &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
+    s->reset_accumulated();
+  stats_.num_alloc_retries = stats_.num_ooms = 0;
+  stats_.num_device_alloc = stats_.num_device_free = 0;
+}
+
+void HbmPool::set_capacity(size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  capacity_ = capacity;
+}
+
+size_t HbmPool::reserved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_.reserved_bytes.current;
+}
+
+}  // namespace neuron_rt

@@ -1,0 +1,81 @@
+// Simulated HBM of one NeuronCore: a capacity-limited caching allocator.
+//
+// Part of the runtime layer: no PyTorch types. Memory is host memory standing in for HBM;
+// the capacity is an accounting limit, enforced on reserved bytes like the CUDA caching
+// allocator enforces the physical limit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace neuron_rt {
+
+// current/peak/allocated/freed, as in torch.cuda.memory_stats.
+struct Stat {
+  int64_t current = 0, peak = 0, allocated = 0, freed = 0;
+  void increase(int64_t amount);
+  void decrease(int64_t amount);
+  void reset_peak() { peak = current; }
+  void reset_accumulated() { allocated = freed = 0; }
+};
+
+struct PoolStats {
+  Stat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+      requested_bytes;
+  int64_t num_alloc_retries = 0, num_ooms = 0, num_device_alloc = 0, num_device_free = 0;
+};
+
+class HbmPool;
+
+// One allocation handed out by the pool; the pointer the caller frees it with.
+struct Block {
+  HbmPool* pool;
+  void* ptr;
+  size_t size;       // rounded size (what the block occupies)
+  size_t requested;  // size the caller asked for
+  int device;
+};
+
+class OutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class HbmPool {
+ public:
+  HbmPool(int device, size_t capacity) : device_(device), capacity_(capacity) {}
+  ~HbmPool();
+
+  // Throws OutOfMemory when the request cannot fit even after releasing cached blocks.
+  Block* allocate(size_t nbytes);
+  void free(Block* block);
+  void empty_cache();
+
+  bool owns(const void* ptr) const;
+  PoolStats stats() const;
+  void reset_peak();
+  void reset_accumulated();
+  size_t capacity() const { return capacity_; }
+  void set_capacity(size_t capacity);
+  size_t reserved() const;
+  int device() const { return device_; }
+
+  static size_t round_size(size_t nbytes);
+
+ private:
+  void release_cached_locked();
+
+  const int device_;
+  size_t capacity_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, Block*> cached_;       // free blocks by size (best fit)
+  std::unordered_map<void*, Block*> live_;      // every block the pool owns, keyed by pointer
+  PoolStats stats_;
+};
+
+}  // namespace neuron_rt

@@ -1,0 +1,6 @@
+#pragma once
+#include <c10/core/CachingDeviceAllocator.h>
+
+namespace torch_neuronx {
+c10::DeviceAllocator* allocator();
+}

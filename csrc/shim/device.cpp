@@ -1,0 +1,132 @@
+#include "device.h"
+
+#include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <vector>
+
+namespace torch_neuronx {
+
+namespace {
+thread_local c10::DeviceIndex tls_device = 0;
+thread_local std::vector<c10::StreamId> tls_streams;  // current stream per device
+std::atomic<bool> capture_stack{false};
+
+template <class F>
+auto translate_runtime_errors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const neuron_rt::OutOfMemory& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+  } catch (const std::out_of_range& e) {
+    TORCH_CHECK_INDEX(false, e.what());
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+}  // namespace
+
+c10::DeviceIndex current_device() { return tls_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  translate_runtime_errors([&] { neuron_rt::Runtime::get().check_index(index); });
+  tls_device = index;
+}
+
+c10::Stream current_stream(c10::DeviceIndex index) {
+  const auto id = index < static_cast<c10::DeviceIndex>(tls_streams.size()) ? tls_streams[index] : 0;
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, index), id);
+}
+
+void set_current_stream(const c10::Stream& stream) {
+  const auto index = stream.device_index();
+  if (index >= static_cast<c10::DeviceIndex>(tls_streams.size())) tls_streams.resize(index + 1, 0);
+  tls_streams[index] = stream.id();
+}
+
+neuron_rt::Core& core(c10::DeviceIndex index) {
+  return translate_runtime_errors(
+      [&]() -> neuron_rt::Core& { return neuron_rt::Runtime::get().core(index); });
+}
+
+void raise_pending_error(neuron_rt::Core& c) {
+  translate_runtime_errors([&] { c.queue.raise_pending_error(); });
+}
+
+void synchronize_stream(const c10::Stream& stream) {
+  auto& c = core(stream.device_index());
+  c.queue.synchronize_stream(static_cast<int>(stream.id()));
+  raise_pending_error(c);
+}
+
+void synchronize_device(c10::DeviceIndex index) {
+  auto& c = core(index);
+  c.queue.synchronize();
+  raise_pending_error(c);
+}
+
+void set_capture_stack(bool enabled) { capture_stack = enabled; }
+
+std::string launch_stack() {
+  if (!capture_stack || !Py_IsInitialized()) return {};
+  pybind11::gil_scoped_acquire gil;
+  try {
+    auto frames = pybind11::module_::import("traceback").attr("format_stack")();
+    std::string out;
+    for (auto frame : frames) out += frame.cast<std::string>();
+    return out;
+  } catch (const pybind11::error_already_set&) {
+    return {};
+  }
+}
+
+static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::string name,
+                        bool wait) {
+  auto& c = core(device);
+  const int stream = static_cast<int>(current_stream(device).id());
+  neuron_rt::LaunchInfo info{std::move(name), launch_stack()};
+  if (!wait && !neuron_rt::Runtime::get().topology().launch_blocking) {
+    c.queue.launch(stream, std::move(fn), std::move(info));
+    return;
+  }
+  auto error = std::make_shared<std::exception_ptr>();
+  const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
+  c.queue.wait_item(stream, seq);
+  if (*error) std::rethrow_exception(*error);
+}
+
+void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name) {
+  launch_impl(device, std::move(fn), std::move(name), false);
+}
+
+void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name) {
+  launch_impl(device, std::move(fn), std::move(name), true);
+}
+
+at::Tensor HostAliases::operator()(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kNeuron) return t;
+  if (t.numel() == 0 || !t.storage().data())
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+  const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+  c10::Storage* storage = nullptr;
+  for (auto& [impl, s] : storages_)
+    if (impl == key) storage = &s;
+  if (!storage) {
+    void* data = const_cast<void*>(t.storage().data());
+    storages_.emplace_back(
+        key, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                          c10::DataPtr(data, c10::Device(at::kCPU)), nullptr, false));
+    storage = &storages_.back().second;
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(*storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor host_alias(const at::Tensor& t) { return HostAliases()(t); }
+
+}  // namespace torch_neuronx

@@ -1,0 +1,54 @@
+// Shared pieces of the PyTorch shim: the current device/stream of this thread, access to
+// the runtime core behind a neuron device, and host aliases of device memory.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Stream.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "../runtime/runtime.h"
+
+namespace torch_neuronx {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+c10::Stream current_stream(c10::DeviceIndex index);
+void set_current_stream(const c10::Stream& stream);
+
+// The runtime core of a device; translates runtime exceptions into PyTorch errors.
+neuron_rt::Core& core(c10::DeviceIndex index);
+
+// Wait for `stream` (or the whole device) and raise any deferred kernel error.
+void synchronize_stream(const c10::Stream& stream);
+void synchronize_device(c10::DeviceIndex index);
+void raise_pending_error(neuron_rt::Core& core);
+
+// Launch a kernel on the current stream of `device`. Honors NEURON_LAUNCH_BLOCKING.
+void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name);
+// Launch and wait for that kernel; its exception is rethrown here rather than deferred.
+void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name);
+
+// The launching Python stack, when TORCH_NEURONX_ENABLE_STACK_TRACE=1 (else empty).
+std::string launch_stack();
+void set_capture_stack(bool enabled);
+
+// A CPU tensor viewing the same bytes as a device tensor. Only kernels (code running on
+// the hardware queue, or on the host after a synchronization) may use it.
+at::Tensor host_alias(const at::Tensor& device_tensor);
+
+// Memoizes aliases per storage within one kernel, so aliasing between arguments (views of
+// one buffer) stays visible to the CPU kernels' overlap checks.
+class HostAliases {
+ public:
+  at::Tensor operator()(const at::Tensor& device_tensor);
+
+ private:
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
+};
+
+}  // namespace torch_neuronx

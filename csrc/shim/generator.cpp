@@ -1,0 +1,72 @@
+#include "generator.h"
+
+#include <mutex>
+#include <vector>
+
+#include "device.h"
+
+namespace torch_neuronx {
+
+NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
+    : c10::GeneratorImpl(c10::Device(kNeuron, device),
+                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+      cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+
+void NeuronGeneratorImpl::set_current_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  cpu_.set_current_seed(seed);
+}
+void NeuronGeneratorImpl::set_offset(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  cpu_.set_offset(offset);
+}
+uint64_t NeuronGeneratorImpl::get_offset() const { return cpu_.get_offset(); }
+uint64_t NeuronGeneratorImpl::current_seed() const { return cpu_.current_seed(); }
+uint64_t NeuronGeneratorImpl::seed() {
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  return cpu_.seed();
+}
+void NeuronGeneratorImpl::set_state(const c10::TensorImpl& state) {
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  cpu_.unsafeGetGeneratorImpl()->set_state(state);
+}
+c10::intrusive_ptr<c10::TensorImpl> NeuronGeneratorImpl::get_state() const {
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  return cpu_.unsafeGetGeneratorImpl()->get_state();
+}
+NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
+  auto* gen = new NeuronGeneratorImpl(device().index());
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  gen->cpu_ = cpu_.clone();
+  return gen;
+}
+
+const at::Generator& default_generator(c10::DeviceIndex device) {
+  static std::once_flag once;
+  static std::vector<at::Generator> generators;
+  std::call_once(once, [] {
+    const int n = neuron_rt::Runtime::get().device_count();
+    for (int i = 0; i < n; ++i) {
+      generators.push_back(at::make_generator<NeuronGeneratorImpl>(i));
+      generators.back().set_current_seed(c10::default_rng_seed_val);
+    }
+  });
+  const auto index = device < 0 ? current_device() : device;
+  TORCH_CHECK_INDEX(index < static_cast<c10::DeviceIndex>(generators.size()), "neuron:", index,
+                    " is not a visible NeuronCore");
+  return generators[index];
+}
+
+at::Generator new_generator(c10::DeviceIndex device) {
+  return at::make_generator<NeuronGeneratorImpl>(device < 0 ? current_device() : device);
+}
+
+at::Generator kernel_generator(const std::optional<at::Generator>& gen, c10::DeviceIndex device) {
+  if (!gen.has_value() || !gen->defined())
+    return at::check_generator<NeuronGeneratorImpl>(default_generator(device))->cpu_generator();
+  TORCH_CHECK(gen->device().type() == kNeuron, "Expected a 'neuron' device type for generator "
+              "but found '", gen->device().type(), "'");
+  return at::check_generator<NeuronGeneratorImpl>(*gen)->cpu_generator();
+}
+
+}  // namespace torch_neuronx

@@ -1,0 +1,114 @@
+// PrivateUse1 hooks: what PyTorch asks of a backend outside the dispatcher (generators,
+// pinned memory, storage resizing for FSDP2, device of a pointer).
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+#include "allocator.h"
+#include "device.h"
+#include "generator.h"
+
+namespace torch_neuronx {
+
+namespace {
+
+// Page-locked host memory is only a bookkeeping notion here: the simulated device reads
+// host memory directly. Track the pointers so `is_pinned()` is truthful.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    auto ptr = c10::GetCPUAllocator()->allocate(n);
+    void* data = ptr.get();
+    if (data) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_.insert(data);
+    }
+    auto* ctx = new c10::DataPtr(std::move(ptr));
+    return {data, ctx, &PinnedAllocator::release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+  bool is_pinned(const void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned_.count(p) != 0;
+  }
+
+ private:
+  static void release(void* ctx) {
+    auto* ptr = static_cast<c10::DataPtr*>(ctx);
+    {
+      std::lock_guard<std::mutex> lock(instance().mu_);
+      instance().pinned_.erase(ptr->get());
+    }
+    delete ptr;
+  }
+ public:
+  static PinnedAllocator& instance() {
+    static PinnedAllocator* a = new PinnedAllocator();
+    return *a;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<const void*> pinned_;
+};
+
+struct NeuronHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return neuron_rt::Runtime::get().device_count() > 0; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
+    return default_generator(device);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override {
+    return new_generator(device);
+  }
+  at::Device getDeviceFromPtr(void* data) const override {
+    auto& rt = neuron_rt::Runtime::get();
+    for (int i = 0; i < rt.device_count(); ++i)
+      if (rt.core_initialized(i) && core(i).pool.owns(data)) return at::Device(kNeuron, i);
+    TORCH_CHECK(false, "pointer ", data, " is not in the memory of any neuron device");
+  }
+  bool isPinnedPtr(const void* data) const override {
+    return PinnedAllocator::instance().is_pinned(data);
+  }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
+  bool hasPrimaryContext(c10::DeviceIndex device) const override {
+    return neuron_rt::Runtime::get().core_initialized(device);
+  }
+  c10::DeviceIndex deviceCount() const override {
+    return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::get().device_count());
+  }
+  void setCurrentDevice(c10::DeviceIndex device) const override { set_current_device(device); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    const auto old = current_device();
+    set_current_device(device);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
+    return exchangeDevice(device);
+  }
+  // FSDP2 frees and re-materializes parameter storage in place.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    const auto device = storage.device().index();
+    synchronize_device(device);
+    const c10::DeviceGuard guard(storage.device());
+    c10::DataPtr fresh = allocator()->allocate(newsize);
+    const size_t keep = std::min(newsize, storage.nbytes());
+    if (keep) std::memcpy(fresh.get(), storage.data(), keep);
+    const_cast<c10::Storage&>(storage).set_data_ptr_noswap(std::move(fresh));
+    const_cast<c10::Storage&>(storage).set_nbytes(newsize);
+  }
+};
+
+struct RegisterHooks {
+  RegisterHooks() { at::RegisterPrivateUse1HooksInterface(new NeuronHooks()); }
+} register_hooks;
+
+}  // namespace
+}  // namespace torch_neuronx

@@ -1,0 +1,69 @@
+// torch_neuronx._C: the Python surface of the runtime and the shim.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "device.h"
+#include "generator.h"
+#include "native_kernel.h"
+#include "op_tracking.h"
+
+namespace py = pybind11;
+using namespace torch_neuronx;
+
+namespace {
+
+void configure(const std::string& generation, int logical_nc_config, int num_chips,
+               const std::vector<int>& visible_cores, size_t hbm_bytes_per_core,
+               bool launch_blocking, bool capture_stack) {
+  neuron_rt::Topology t;
+  t.generation = generation;
+  t.logical_nc_config = logical_nc_config;
+  t.num_chips = num_chips;
+  t.visible_cores = visible_cores;
+  t.hbm_bytes_per_core = hbm_bytes_per_core;
+  t.launch_blocking = launch_blocking;
+  try {
+    neuron_rt::Runtime::get().configure(std::move(t));
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  set_capture_stack(capture_stack);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Simulated NeuronCore runtime and PyTorch shim of torch_neuronx";
+  auto& rt = neuron_rt::Runtime::get();
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
+
+  m.def("_configure", &configure);
+  m.def("_device_count", [&rt] { return rt.device_count(); });
+  m.def("_is_initialized", [&rt] { return rt.is_initialized(); });
+  m.def("_in_bad_fork", [&rt] { return rt.in_bad_fork(); });
+  m.def("_init", [](int device) { core(device); });
+  m.def("_current_device", [] { return current_device(); });
+  m.def("_set_device", [](int device) { set_current_device(device); });
+  m.def("_synchronize", [](int device) { synchronize_device(device); }, nogil);
+  m.def("_launch_blocking", [&rt] { return rt.topology().launch_blocking; });
+  m.def("_kernels_executed", [](int device) { return core(device).queue.kernels_executed(); });
+
+  m.def("_hbm_capacity", [](int device) { return core(device).pool.capacity(); });
+  m.def("_set_hbm_capacity", [](int device, size_t bytes) { core(device).pool.set_capacity(bytes); });
+
+  m.def("_stream_priority", [](int device, int stream) {
+    return core(device).queue.stream_priority(stream);
+  });
+
+  m.def("_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(device)));
+  });
+
+  m.def("_register_native_op", &register_native_op);
+  m.def("_executed_ops", &executed_ops);
+  m.def("_fallback_ops", &fallback_ops);
+  m.def("_clear_op_tracking", &clear_op_tracking);
+  m.def("_set_strict_fallback", &set_strict_fallback);
+  m.def("_set_retry_failed_kernels_on_cpu", &set_retry_failed_kernels_on_cpu);
+  m.def("_inject_fault", &inject_fault);
+}

@@ -1,0 +1,594 @@
+// The generic device kernel behind every lowering-table entry, and the CPU fallback.
+//
+// A kernel is built once per signature (operator, input shapes/strides/dtypes and the
+// non-tensor arguments that can change output shapes), the analogue of one compiled
+// executable per op: the first launch runs synchronously on the core and records the
+// output layout; later launches allocate outputs from that record and enqueue the work
+// without waiting. The work itself is PyTorch's CPU kernel running on host aliases of
+// device memory, on the core's hardware-queue thread.
+#include "native_kernel.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "allocator.h"
+#include "device.h"
+#include "generator.h"
+#include "op_tracking.h"
+
+namespace torch_neuronx {
+
+namespace {
+
+std::atomic<bool> strict_fallback{false};
+const std::string kFloat64Reason = "float64 tensors live on the device but compute on the host";
+std::atomic<bool> retry_on_cpu{true};
+
+const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
+const c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+class InjectedFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Why an operator cannot run on the device; empty when it can.
+struct Placement {
+  c10::DeviceIndex device = -1;
+  bool float64 = false;
+};
+
+void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                     const std::string& reason);
+
+// How each argument takes part in the signature and in the host call.
+enum class ArgKind { Tensor, TensorList, OptTensorList, Scalar, Float, Generator, Value };
+
+ArgKind classify(const c10::Argument& arg) {
+  auto type = arg.real_type();
+  if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::TensorType: return ArgKind::Tensor;
+    case c10::TypeKind::NumberType: return ArgKind::Scalar;
+    case c10::TypeKind::FloatType: return ArgKind::Float;
+    case c10::TypeKind::GeneratorType: return ArgKind::Generator;
+    case c10::TypeKind::ListType: {
+      auto elem = type->castRaw<c10::ListType>()->getElementType();
+      if (elem->kind() == c10::TypeKind::TensorType) return ArgKind::TensorList;
+      if (auto opt = elem->cast<c10::OptionalType>())
+        if (opt->getElementType()->kind() == c10::TypeKind::TensorType)
+          return ArgKind::OptTensorList;
+      if (elem->kind() == c10::TypeKind::NumberType || elem->kind() == c10::TypeKind::FloatType)
+        return ArgKind::Scalar;
+      return ArgKind::Value;
+    }
+    default: return ArgKind::Value;
+  }
+}
+
+using Words = c10::SmallVector<int64_t, 48>;
+
+int64_t number_kind(const c10::IValue& v) {
+  if (v.isDouble()) return 1;
+  if (v.isInt()) return 2;
+  if (v.isBool()) return 3;
+  if (v.isComplexDouble()) return 4;
+  return v.isNone() ? 5 : 6;
+}
+
+struct SignatureHash {
+  size_t operator()(const Words& w) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : w) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct TensorLayout {
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype;
+};
+
+// Layout of the outputs of one signature: per return, either an argument it aliases
+// (in-place and out= ops) or the layouts of the fresh tensor(s) it produces.
+struct Plan {
+  struct Return {
+    int alias_arg = -1;
+    bool is_list = false;
+    std::vector<TensorLayout> tensors;
+  };
+  std::vector<Return> returns;
+};
+
+// Operators without a CPU kernel that run through another operator on the host.
+struct HostSubstitute {
+  const char* host_op;
+  void (*adapt)(torch::jit::Stack&);  // turns the operator's arguments into the host op's
+};
+
+// convolution_backward takes the bias shape the overrideable entry point leaves out.
+void insert_bias_sizes(torch::jit::Stack& s) {
+  const auto mask = s[9].toBoolList();
+  const at::Tensor& weight = s[2].toTensor();
+  c10::IValue bias_sizes;
+  if (mask[2]) {
+    const int64_t channels = s[6].toBool() ? weight.size(1) * s[8].toInt() : weight.size(0);
+    bias_sizes = c10::IValue(std::vector<int64_t>{channels});
+  }
+  s.insert(s.begin() + 3, bias_sizes);
+}
+
+const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
+  static const std::unordered_map<std::string, HostSubstitute> table = {
+      {"aten::convolution_overrideable", {"aten::convolution", nullptr}},
+      {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes}},
+  };
+  return table;
+}
+
+class NativeKernel final : public c10::OperatorKernel {
+ public:
+  NativeKernel(const c10::OperatorHandle& op, bool sync, std::optional<c10::OperatorHandle> out_op,
+               bool bool_index_sync)
+      : name_(full_name(op.operator_name())),
+        counter_(native_counter(name_)),
+        sync_(sync),
+        bool_index_sync_(bool_index_sync),
+        out_op_(std::move(out_op)) {
+    if (auto it = host_substitutes().find(name_); it != host_substitutes().end()) {
+      const std::string host = it->second.host_op;
+      host_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(host.c_str(), "");
+      adapt_ = it->second.adapt;
+    }
+    const auto& schema = op.schema();
+    for (const auto& arg : schema.arguments()) {
+      kinds_.push_back(classify(arg));
+      is_out_.push_back(arg.is_out());
+    }
+    functional_ = true;
+    for (const auto& ret : schema.returns()) {
+      Plan::Return r;
+      r.is_list = ret.real_type()->kind() == c10::TypeKind::ListType;
+      if (const auto* info = ret.alias_info()) {
+        TORCH_CHECK(info->isWrite(), name_, " returns a view; views cannot be lowering-table entries");
+        functional_ = false;
+        for (size_t i = 0; i < schema.arguments().size(); ++i) {
+          const auto* a = schema.arguments()[i].alias_info();
+          if (a && a->isWrite() && a->beforeSets() == info->beforeSets()) r.alias_arg = static_cast<int>(i);
+        }
+        TORCH_CHECK(r.alias_arg >= 0, name_, ": cannot find the argument its result aliases");
+      }
+      return_shape_.push_back(r);
+    }
+  }
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = kinds_.size();
+    const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    Words key;
+    bool cacheable = !sync_;
+    const Placement place = scan(first, key, cacheable);
+    if (place.float64) return fallback_to_cpu(op, stack, kFloat64Reason);
+    const auto device = place.device >= 0 ? place.device : current_device();
+    const c10::DeviceGuard guard(c10::Device(kNeuron, device));
+
+    std::shared_ptr<const Plan> plan;
+    if (cacheable) {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) plan = it->second;
+    }
+    std::vector<c10::IValue> args(std::make_move_iterator(first), std::make_move_iterator(stack->end()));
+    stack->erase(first, stack->end());
+    counter_.launches++;
+    if (plan) return launch_planned(op, *plan, std::move(args), device, stack);
+    build(op, std::move(args), device, stack, cacheable ? &key : nullptr);
+  }
+
+  void inject_fault(int count) { faults_ = count; }
+
+ private:
+  // Checks devices and dtypes and writes the signature of the call into `key`.
+  Placement scan(torch::jit::Stack::iterator first, Words& key, bool& cacheable) const {
+    Placement place;
+    bool has_tensor_input = false;
+    auto add_tensor = [&](const at::Tensor& t, bool is_out) {
+      if (!t.defined()) {
+        key.push_back(-1);
+        return;
+      }
+      if (t.device().type() == kNeuron) {
+        if (place.device < 0) place.device = t.device().index();
+        TORCH_CHECK(place.device == t.device().index(),
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, neuron:", place.device, " and neuron:", t.device().index(),
+                    "! (when checking arguments for ", name_, ")");
+        const auto dtype = t.scalar_type();
+        if (dtype == c10::ScalarType::Double) place.float64 = true;
+        TORCH_CHECK_TYPE(!c10::isComplexType(dtype), name_, ": the neuron device does not "
+                         "support complex dtypes (got ", dtype, ")");
+        if (bool_index_sync_ && (dtype == c10::ScalarType::Bool || dtype == c10::ScalarType::Byte))
+          cacheable = false;
+      } else {
+        TORCH_CHECK(t.dim() == 0 && t.is_cpu(),
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, ", t.device(), " and neuron! (when checking arguments for ", name_,
+                    "). Move the tensor with .to(\"neuron\") first.");
+        key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? -3 : -2);
+      }
+      if (!is_out) has_tensor_input = true;
+      key.push_back(static_cast<int64_t>(t.scalar_type()));
+      key.push_back(t.dim());
+      key.append(t.sizes().begin(), t.sizes().end());
+      key.append(t.strides().begin(), t.strides().end());
+    };
+    auto it = first;
+    for (size_t i = 0; i < kinds_.size(); ++i, ++it) {
+      const c10::IValue& v = *it;
+      switch (kinds_[i]) {
+        case ArgKind::Tensor:
+          if (v.isNone()) key.push_back(-4);
+          else add_tensor(v.toTensor(), is_out_[i]);
+          break;
+        case ArgKind::TensorList: {
+          auto list = v.toTensorList();
+          key.push_back(static_cast<int64_t>(list.size()));
+          for (const at::Tensor& t : list) add_tensor(t, is_out_[i]);
+          break;
+        }
+        case ArgKind::OptTensorList: {
+          auto list = v.toOptionalTensorList();
+          key.push_back(static_cast<int64_t>(list.size()));
+          for (const std::optional<at::Tensor>& t : list) {
+            if (t.has_value()) add_tensor(*t, false);
+            else key.push_back(-4);
+          }
+          break;
+        }
+        case ArgKind::Scalar:
+        case ArgKind::Float:
+          // Only the kind of number matters for output layouts (type promotion) ...
+          key.push_back(number_kind(v));
+          if (v.isList()) key.push_back(static_cast<int64_t>(v.toListRef().size()));
+          break;
+        case ArgKind::Generator:
+          key.push_back(-5);
+          break;
+        case ArgKind::Value:
+          if (v.isInt()) key.push_back(v.toInt());
+          else if (v.isBool()) key.push_back(v.toBool());
+          else if (v.isNone()) key.push_back(-6);
+          else if (v.isIntList()) {
+            auto l = v.toIntVector();
+            key.push_back(static_cast<int64_t>(l.size()));
+            key.append(l.begin(), l.end());
+          } else if (v.isString()) key.push_back(static_cast<int64_t>(std::hash<std::string>()(v.toStringRef())));
+          else if (v.isDevice()) {
+            key.push_back(static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index());
+            if (v.toDevice().type() == kNeuron && place.device < 0) place.device = v.toDevice().index();
+          } else cacheable = false;
+          break;
+      }
+    }
+    // ... except for factories (arange), whose output size comes from scalar values.
+    if (!has_tensor_input)
+      for (size_t i = 0; i < kinds_.size(); ++i)
+        if (kinds_[i] == ArgKind::Scalar || kinds_[i] == ArgKind::Float) cacheable = false;
+    return place;
+  }
+
+  // Host view of the arguments: device tensors become aliases, generators their CPU twin.
+  torch::jit::Stack host_args(const std::vector<c10::IValue>& args, HostAliases& alias,
+                              c10::DeviceIndex device) const {
+    torch::jit::Stack s;
+    s.reserve(args.size() + 4);
+    for (size_t i = 0; i < args.size(); ++i) {
+      const c10::IValue& v = args[i];
+      switch (kinds_[i]) {
+        case ArgKind::Tensor:
+          s.push_back(v.isNone() ? v : c10::IValue(alias(v.toTensor())));
+          break;
+        case ArgKind::TensorList: {
+          std::vector<at::Tensor> list;
+          for (const at::Tensor& t : v.toTensorList()) list.push_back(alias(t));
+          s.push_back(c10::IValue(list));
+          break;
+        }
+        case ArgKind::OptTensorList: {
+          c10::List<std::optional<at::Tensor>> list;
+          for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+            list.push_back(t.has_value() ? std::optional<at::Tensor>(alias(*t)) : std::nullopt);
+          s.push_back(c10::IValue(list));
+          break;
+        }
+        case ArgKind::Generator:
+          s.push_back(kernel_generator(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()), device));
+          break;
+        default:
+          if (v.isDevice() && v.toDevice().type() == kNeuron) s.push_back(c10::Device(at::kCPU));
+          else s.push_back(v);
+      }
+    }
+    return s;
+  }
+
+  // Runs the operator's host implementation on host arguments; results replace them.
+  void call_host(const c10::OperatorHandle& op, torch::jit::Stack& s) const {
+    if (!host_op_) return op.redispatchBoxed(kCpuKeys, &s);
+    if (adapt_) adapt_(s);
+    host_op_->callBoxed(&s);
+  }
+
+  void maybe_fault() {
+    if (faults_.load() > 0 && faults_.fetch_sub(1) > 0)
+      throw InjectedFault("injected fault (torch_neuronx.runtime.inject_fault) in " + name_);
+  }
+
+  at::Tensor allocate(const TensorLayout& layout) const {
+    return at::detail::empty_strided_generic(layout.sizes, layout.strides, allocator(), kNeuronKeys,
+                                             layout.dtype);
+  }
+
+  void launch_planned(const c10::OperatorHandle& op, const Plan& plan, std::vector<c10::IValue> args,
+                      c10::DeviceIndex device, torch::jit::Stack* stack) {
+    std::vector<c10::IValue> outputs;
+    for (const auto& r : plan.returns) {
+      if (r.alias_arg >= 0) {
+        outputs.push_back(args[r.alias_arg]);
+      } else if (r.is_list) {
+        std::vector<at::Tensor> list;
+        for (const auto& layout : r.tensors) list.push_back(allocate(layout));
+        outputs.emplace_back(list);
+      } else {
+        outputs.emplace_back(allocate(r.tensors[0]));
+      }
+    }
+    launch(device,
+           [this, op, device, args = std::move(args), fresh = functional_ ? outputs : std::vector<c10::IValue>()]() {
+             maybe_fault();
+             HostAliases alias;
+             auto s = host_args(args, alias, device);
+             const at::AutoDispatchBelowADInplaceOrView below_autograd;
+             if (!functional_) return call_host(op, s);
+             if (out_op_) {
+               for (const auto& out : fresh) s.push_back(alias_ivalue(out, alias));
+               return out_op_->redispatchBoxed(kCpuKeys, &s);
+             }
+             call_host(op, s);
+             for (size_t j = 0; j < fresh.size(); ++j) copy_into(fresh[j], s[j], alias);
+           },
+           name_);
+    for (auto& out : outputs) stack->push_back(std::move(out));
+  }
+
+  static c10::IValue alias_ivalue(const c10::IValue& v, HostAliases& alias) {
+    if (v.isTensor()) return alias(v.toTensor());
+    std::vector<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList()) list.push_back(alias(t));
+    return list;
+  }
+
+  static void copy_into(const c10::IValue& device_out, const c10::IValue& host_result, HostAliases& alias) {
+    if (device_out.isTensor()) {
+      alias(device_out.toTensor()).copy_(host_result.toTensor());
+      return;
+    }
+    auto outs = device_out.toTensorList();
+    auto results = host_result.toTensorList();
+    for (size_t i = 0; i < outs.size(); ++i) alias(outs[i]).copy_(results[i]);
+  }
+
+  // First launch of a signature (or every launch of a data-dependent op): run on the core,
+  // wait, and derive the outputs (and the plan) from what the CPU kernel produced.
+  void build(const c10::OperatorHandle& op, std::vector<c10::IValue> args, c10::DeviceIndex device,
+             torch::jit::Stack* stack, const Words* key) {
+    torch::jit::Stack results;
+    std::vector<std::pair<size_t, at::Tensor>> out_clones;  // out= arguments, run on resizable copies
+    try {
+      launch_and_wait(device,
+                      [&] {
+                        maybe_fault();
+                        HostAliases alias;
+                        results = host_args(args, alias, device);
+                        for (size_t i = 0; i < kinds_.size(); ++i)
+                          if (is_out_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor()) {
+                            auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
+                            out_clones.emplace_back(i, clone);
+                            results[i] = clone;
+                          }
+                        const at::AutoDispatchBelowADInplaceOrView below_autograd;
+                        call_host(op, results);
+                      },
+                      name_);
+    } catch (const std::exception& e) {
+      const bool unimplemented = dynamic_cast<const c10::NotImplementedError*>(&e) ||
+                                 dynamic_cast<const InjectedFault*>(&e);
+      if (!(retry_on_cpu && unimplemented)) throw;
+      for (auto& a : args) stack->push_back(std::move(a));
+      return fallback_to_cpu(op, stack, std::string("the device kernel failed (") + e.what() + ")");
+    }
+
+    bool resized = false;
+    for (auto& [i, clone] : out_clones) {
+      at::Tensor out = args[i].toTensor();
+      if (out.sizes() != clone.sizes() || out.strides() != clone.strides()) {
+        resized = true;
+        out.resize_(clone.sizes());
+        out.as_strided_(clone.sizes(), clone.strides());
+      }
+      launch(device, [out, clone] { host_alias(out).copy_(clone); }, name_);
+    }
+
+    auto plan = std::make_shared<Plan>();
+    plan->returns = return_shape_;
+    for (size_t j = 0; j < plan->returns.size(); ++j) {
+      auto& r = plan->returns[j];
+      if (r.alias_arg >= 0) {
+        stack->push_back(args[r.alias_arg]);
+        continue;
+      }
+      const c10::IValue& result = results[j];
+      if (!result.isTensor() && !result.isTensorList()) {  // bool / int / float results
+        stack->push_back(result);
+        key = nullptr;
+        continue;
+      }
+      std::vector<at::Tensor> hosts = result.isTensor() ? std::vector<at::Tensor>{result.toTensor()}
+                                                        : result.toTensorVector();
+      std::vector<at::Tensor> outs;
+      for (const at::Tensor& h : hosts) {
+        TensorLayout layout{h.sizes().vec(), h.strides().vec(), h.scalar_type()};
+        at::Tensor out = allocate(layout);
+        launch(device, [out, h] { host_alias(out).copy_(h); }, name_);
+        outs.push_back(out);
+        r.tensors.push_back(std::move(layout));
+      }
+      if (r.is_list) stack->push_back(c10::IValue(outs));
+      else stack->push_back(outs[0]);
+    }
+    if (key && !resized) {
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      cache_.emplace(*key, std::move(plan));
+    }
+  }
+
+  const std::string name_;
+  OpCounter& counter_;
+  const bool sync_, bool_index_sync_;
+  const std::optional<c10::OperatorHandle> out_op_;
+  std::optional<c10::OperatorHandle> host_op_;
+  void (*adapt_)(torch::jit::Stack&) = nullptr;
+  std::vector<ArgKind> kinds_;
+  std::vector<bool> is_out_;
+  std::vector<Plan::Return> return_shape_;
+  bool functional_ = true;
+  std::atomic<int> faults_{0};
+  std::mutex cache_mu_;
+  std::unordered_map<Words, std::shared_ptr<const Plan>, SignatureHash> cache_;
+};
+
+std::mutex registry_mu;
+std::unordered_map<std::string, NativeKernel*>& registry() {
+  static auto* r = new std::unordered_map<std::string, NativeKernel*>();
+  return *r;
+}
+
+torch::Library& library() {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                        __FILE__, __LINE__);
+  return *lib;
+}
+
+c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const auto& v = stack[i];
+    if (v.isTensor() && v.toTensor().device().type() == kNeuron) return v.toTensor().device().index();
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList())
+        if (t.device().type() == kNeuron) return t.device().index();
+  }
+  return current_device();
+}
+
+void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
+  const std::string name = full_name(op.operator_name());
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    const auto& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined())
+      TORCH_CHECK_TYPE(!c10::isComplexType(v.toTensor().scalar_type()), name,
+                       ": the neuron device does not support complex dtypes (got ",
+                       v.toTensor().scalar_type(), "). Keep complex tensors on the CPU.");
+  }
+  TORCH_CHECK(!strict_fallback, "neuron: operator '", name, "' would fall back to the CPU (", reason,
+              ") but TORCH_NEURONX_STRICT_FALLBACK=1 forbids host execution. Unset it to allow the "
+              "fallback, or keep this computation on the CPU.");
+  // float64 is a dtype policy, not a missing kernel: one warning says it for every operator.
+  static std::atomic<bool> warned_float64{false};
+  const bool first = record_fallback(name);
+  const bool float64 = reason == kFloat64Reason;
+  if (first && !(float64 && warned_float64.exchange(true)))
+    TORCH_WARN("neuron: operator '", name, "' ran on the CPU (", reason, "): its inputs were copied "
+               "to the host and its results back", float64 ? " (this warning covers every float64 "
+               "operator)" : "", ". torch_neuronx.get_fallback_ops() lists every fallback; "
+               "TORCH_NEURONX_STRICT_FALLBACK=1 turns them into errors.");
+  synchronize_device(device_of(*stack, n));
+  at::native::cpu_fallback(op, stack);
+}
+
+void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to_cpu(op, stack, "no device kernel in the lowering table");
+}
+
+void refuse_layout(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, full_name(op.operator_name()), ": sparse and nested tensors "
+                              "are not supported on the neuron device. Keep them on the CPU, or "
+                              "convert them with .to_dense() before moving to neuron.");
+}
+
+at::Tensor refuse_forward_ad(const at::Tensor&, const at::Tensor&, int64_t) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "aten::_make_dual: forward-mode automatic differentiation is "
+                              "not supported on the neuron device. Use reverse mode "
+                              "(loss.backward() / torch.autograd.grad), or run the jvp on the CPU.");
+}
+
+}  // namespace
+
+void register_native_op(const std::string& op, bool sync, const std::string& out_overload,
+                        bool bool_index_sync) {
+  const auto dot = op.find('.');
+  const std::string name = op.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  std::optional<c10::OperatorHandle> out_op;
+  if (!out_overload.empty())
+    out_op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), out_overload.c_str());
+  auto kernel = std::make_unique<NativeKernel>(handle, sync, out_op, bool_index_sync);
+  {
+    std::lock_guard<std::mutex> lock(registry_mu);
+    TORCH_CHECK(!registry().count(op), op, " is registered twice");
+    registry()[op] = kernel.get();
+  }
+  library().impl(op.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
+}
+
+void set_strict_fallback(bool strict) { strict_fallback = strict; }
+void set_retry_failed_kernels_on_cpu(bool retry) { retry_on_cpu = retry; }
+
+void inject_fault(const std::string& op, int count) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = registry().find(op);
+  TORCH_CHECK(it != registry().end(), "inject_fault: ", op, " has no device kernel (it is not in "
+              "the lowering table); faults can only be injected into device kernels");
+  it->second->inject_fault(count);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
+}
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_make_dual", refuse_forward_ad);
+}
+
+}  // namespace torch_neuronx

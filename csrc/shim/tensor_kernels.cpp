@@ -1,0 +1,199 @@
+// The operators every backend must provide itself: allocation, views, resize/set, copies
+// across the host/device boundary and reading a scalar. Everything else goes through the
+// lowering table (native_kernel.cpp) or the CPU fallback.
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <torch/library.h>
+
+#include "allocator.h"
+#include "device.h"
+#include "op_tracking.h"
+
+namespace torch_neuronx {
+
+namespace {
+
+void check_supported_dtype(c10::ScalarType dtype, const char* op) {
+  TORCH_CHECK_TYPE(!c10::isComplexType(dtype), op, ": the neuron device does not support complex "
+                   "dtypes (got ", dtype, "). Keep complex tensors on the CPU, or represent them "
+                   "as real tensors with a trailing dimension of 2.");
+  TORCH_CHECK_TYPE(!c10::isQIntType(dtype), op, ": the neuron device does not support quantized "
+                   "dtypes (got ", dtype, "). Keep quantized tensors on the CPU.");
+}
+
+c10::DeviceIndex device_index_or_current(std::optional<c10::Device> device) {
+  return device && device->has_index() ? device->index() : current_device();
+}
+
+void check_factory_args(std::optional<c10::Layout> layout, std::optional<bool> pin_memory,
+                        const char* op) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, op,
+              ": the neuron device supports only strided tensors (got layout ",
+              c10::layout_or_default(layout), "). Sparse tensors must stay on the CPU.");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), op,
+              ": pin_memory=True applies to CPU tensors only.");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  check_factory_args(layout, pin_memory, "aten::empty");
+  const auto scalar_type = c10::dtype_or_default(dtype);
+  check_supported_dtype(scalar_type, "aten::empty");
+  const c10::DeviceGuard guard(c10::Device(kNeuron, device_index_or_current(device)));
+  return at::detail::empty_generic(size, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   scalar_type, memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  check_factory_args(layout, pin_memory, "aten::empty_strided");
+  const auto scalar_type = c10::dtype_or_default(dtype);
+  check_supported_dtype(scalar_type, "aten::empty_strided");
+  const c10::DeviceGuard guard(c10::Device(kNeuron, device_index_or_current(device)));
+  return at::detail::empty_strided_generic(size, stride, allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           scalar_type);
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+  return at::native::as_strided_tensorimpl(
+      self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+      storage_offset ? std::optional<int64_t>(storage_offset->expect_int()) : std::nullopt);
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
+  return at::native::unfold(self, dim, size, step);
+}
+
+at::Tensor complex_view(const at::Tensor& self) {
+  check_supported_dtype(c10::ScalarType::ComplexFloat, "aten::view_as_complex/view_as_real");
+  return self;
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(self.device());
+  // Growing reallocates and copies the old bytes on the host: queued kernels must be done
+  // with the old buffer first.
+  synchronize_device(self.device().index());
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  return at::native::set_(self, source);
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage storage, c10::SymInt offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::cpu::set_(self, storage, offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
+                       C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  const c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, allocator(), true);
+  return at::cpu::set_(self, storage, 0, {0}, {});
+}
+
+// Copies between host and device, or between cores. Host to device stages the source so
+// the caller may reuse its buffer at once and the copy stays ordered on the queue; device
+// to host waits for the current stream, as a blocking cudaMemcpy does.
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  static OpCounter& h2d = native_counter("aten::_copy_from");
+  h2d.launches++;
+  if (src.is_cpu()) {
+    auto staging = src.clone();
+    launch(dst.device().index(), [dst, staging] { host_alias(dst).copy_(staging); },
+           "aten::_copy_from (host to device)");
+  } else if (dst.is_cpu()) {
+    const auto device = src.device().index();
+    launch_and_wait(device, [&] { dst.copy_(host_alias(src)); }, "aten::_copy_from (device to host)");
+    raise_pending_error(core(device));
+  } else if (src.device() == dst.device()) {
+    launch(dst.device().index(),
+           [src, dst] {
+             HostAliases alias;
+             alias(dst).copy_(alias(src));
+           },
+           "aten::_copy_from");
+  } else {
+    // Core to core: the source core must have produced the data before the target reads it.
+    synchronize_device(src.device().index());
+    launch_and_wait(dst.device().index(), [&] { host_alias(dst).copy_(host_alias(src)); },
+                    "aten::_copy_from (core to core)");
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
+  if (dst.sizes() != src.sizes()) resize_(dst, src.sym_sizes(), std::nullopt);
+  return copy_from(src, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  const auto device = self.device().index();
+  at::Scalar value;
+  launch_and_wait(device, [&] { value = at::_local_scalar_dense(host_alias(self)); },
+                  "aten::_local_scalar_dense");
+  raise_pending_error(core(device));
+  return value;
+}
+
+// Lets `module.to("neuron")` swap parameter data in place (`param.data = ...`), as for CUDA,
+// so tied parameters stay tied. PyTorch's built-in rule knows only its own dense backends.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.is_cpu() || t.device().type() == kNeuron);
+  };
+  return dense(self) && dense(from);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("unfold", unfold);
+  m.impl("view_as_real", complex_view);
+  m.impl("view_as_complex", complex_view);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+}  // namespace torch_neuronx

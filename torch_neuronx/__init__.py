@@ -1,0 +1,44 @@
+"""TorchNeuron: the ``neuron`` PyTorch device on a simulated NeuronCore runtime.
+
+Importing this package (which ``import torch`` does through the ``torch.backends`` entry point)
+registers the ``neuron`` device, the ``torch.neuron`` module and the device kernels.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _C
+from . import runtime
+from .runtime.topology import from_env as _topology_from_env
+
+runtime.configure(_topology_from_env())
+torch.utils.rename_privateuse1_backend("neuron")
+
+from . import neuron  # noqa: E402  (needs the backend name)
+
+torch._register_device_module("neuron", neuron)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+torch.set_autocast_dtype("neuron", torch.bfloat16)
+
+from .ops import registration as _registration  # noqa: E402
+
+_registration.register_lowerings()
+_registration.apply_policies_from_env()
+
+from .neuron import (Event, Stream, empty_cache, max_memory_allocated, max_memory_reserved,  # noqa: E402
+                     memory_allocated, memory_reserved, memory_stats, memory_summary,
+                     reset_peak_memory_stats, synchronize, device_count, current_device, set_device)
+from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
+from .ops.registration import set_strict_fallback  # noqa: E402
+
+__all__ = [
+    "Stream", "Event", "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
+    "set_strict_fallback", "synchronize", "device_count", "current_device", "set_device",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_stats", "memory_summary", "reset_peak_memory_stats", "empty_cache",
+]
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package did the work."""

@@ -1,0 +1,1 @@
+"""Eager operators: the lowering table, its registration and op tracking."""

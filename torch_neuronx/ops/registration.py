@@ -1,0 +1,35 @@
+"""Registers a device kernel for every lowering-table entry, and the execution policies."""
+from __future__ import annotations
+
+import os
+
+from .. import _C
+from .lowering_table import BOOL_INDEX_SYNC_OPS, LOWERINGS
+
+
+def register_lowerings() -> None:
+    """Register the native kernel of each table entry for the neuron dispatch key."""
+    for entry in LOWERINGS:
+        _C._register_native_op(entry.op, entry.mode == "sync", entry.out_overload or "",
+                               entry.op in BOOL_INDEX_SYNC_OPS)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def apply_policies_from_env() -> None:
+    """``TORCH_NEURONX_STRICT_FALLBACK=1``: CPU fallbacks raise instead of running.
+    ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``: a device kernel that fails is reported
+    instead of being retried on the CPU. ``TORCH_NEURONX_INJECT_FAULT=op[:count][,op[:count]]``:
+    inject kernel faults (testing the error paths of an application)."""
+    _C._set_strict_fallback(_flag("TORCH_NEURONX_STRICT_FALLBACK"))
+    _C._set_retry_failed_kernels_on_cpu(not _flag("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
+    for spec in filter(None, os.environ.get("TORCH_NEURONX_INJECT_FAULT", "").split(",")):
+        op, _, count = spec.strip().partition(":")
+        _C._inject_fault(op, int(count or 1))
+
+
+def set_strict_fallback(strict: bool) -> None:
+    """Turn every CPU fallback into an error (or back into a warning)."""
+    _C._set_strict_fallback(bool(strict))

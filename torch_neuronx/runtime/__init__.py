@@ -1,0 +1,37 @@
+"""Python side of the simulated NeuronCore runtime: topology, capacity and fault injection."""
+from __future__ import annotations
+
+import torch
+
+from .. import _C
+from .topology import Topology, from_env
+
+_topology: Topology | None = None
+
+
+def configure(topology: Topology) -> None:
+    """Hand the topology to the runtime (before any core is used)."""
+    global _topology
+    _C._configure(topology.generation, topology.logical_nc_config, topology.num_chips,
+                  list(topology.visible_cores), topology.hbm_bytes_per_core,
+                  topology.launch_blocking, topology.capture_stack)
+    _topology = topology
+
+
+def current_topology() -> Topology:
+    """The topology this process runs with."""
+    assert _topology is not None, "torch_neuronx is not initialized"
+    return _topology
+
+
+def set_hbm_capacity(nbytes: int, device: torch.types.Device = None) -> None:
+    """Change a core's HBM capacity (an accounting limit; tests use small ones)."""
+    from ..neuron import _device_index
+    _C._set_hbm_capacity(_device_index(device), int(nbytes))
+
+
+def inject_fault(op: str, count: int = 1) -> None:
+    """Make the next ``count`` executions of the device kernel of ``op`` (e.g. ``"aten::mul.Tensor"``)
+    fail inside the kernel, as a hardware fault would. The error surfaces like any kernel error:
+    at the next synchronization point (or at the op with ``NEURON_LAUNCH_BLOCKING=1``)."""
+    _C._inject_fault(op, int(count))

@@ -1,0 +1,116 @@
+"""Topology of the simulated NeuronCores, read from the Neuron runtime's environment variables.
+
+``NEURON_LOGICAL_NC_CONFIG`` (1 or 2, default 2): physical cores per logical core.
+``NEURON_RT_VISIBLE_CORES`` (``"0-3"``, ``"2"``, ``"0,2"``): which logical cores this process uses.
+``NEURON_RT_NUM_CORES``: how many cores this process uses (the first N visible ones).
+Simulator settings: ``TORCH_NEURONX_SIM_CHIPS`` (chips, default 1),
+``TORCH_NEURONX_SIM_GENERATION`` (``trn2`` default, or ``trn3``) and
+``TORCH_NEURONX_SIM_HBM_BYTES`` (per-core capacity override, e.g. for out-of-memory tests).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    """Per-chip facts of a Trainium generation (SPEC 1.2)."""
+
+    name: str
+    physical_cores: int
+    hbm_bytes: int
+    hbm_bandwidth: float  # bytes/s per chip
+    sbuf_bytes: int  # per physical core
+
+
+CHIPS = {
+    "trn2": ChipSpec("trn2", 8, 96 * GiB, 2.9e12, 24 * (1 << 20) + 4 * (1 << 20)),
+    "trn3": ChipSpec("trn3", 8, 144 * GiB, 4.9e12, 32 * (1 << 20)),
+}
+
+
+@dataclass(frozen=True)
+class Topology:
+    generation: str
+    logical_nc_config: int
+    num_chips: int
+    visible_cores: tuple[int, ...]
+    hbm_bytes_per_core: int
+    launch_blocking: bool
+    capture_stack: bool
+
+    @property
+    def chip(self) -> ChipSpec:
+        return CHIPS[self.generation]
+
+    @property
+    def cores_per_chip(self) -> int:
+        return self.chip.physical_cores // self.logical_nc_config
+
+
+def _flag(env: dict[str, str], name: str) -> bool:
+    return env.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _int(env: dict[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def parse_core_list(spec: str, total: int) -> tuple[int, ...]:
+    """Parse ``NEURON_RT_VISIBLE_CORES`` syntax (``"0-3"``, ``"2"``, ``"0,2-3"``)."""
+    cores: list[int] = []
+    for part in spec.replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: expected ranges like '0-3' or '2'") from None
+        if first > last:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: empty range {part!r}")
+        cores.extend(range(first, last + 1))
+    bad = [c for c in cores if c >= total]
+    if bad:
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r} names core(s) {bad}, but the simulated "
+                         f"system has {total} logical cores (0-{total - 1})")
+    if len(set(cores)) != len(cores):
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r} lists a core twice")
+    return tuple(cores)
+
+
+def from_env(env: dict[str, str] | None = None) -> Topology:
+    """Build the topology this process sees from its environment."""
+    env = dict(os.environ if env is None else env)
+    generation = env.get("TORCH_NEURONX_SIM_GENERATION", "trn2").strip().lower()
+    if generation not in CHIPS:
+        raise ValueError(f"TORCH_NEURONX_SIM_GENERATION={generation!r}: expected one of {sorted(CHIPS)}")
+    config = _int(env, "NEURON_LOGICAL_NC_CONFIG", 2)
+    if config not in (1, 2):
+        raise ValueError(f"NEURON_LOGICAL_NC_CONFIG={config}: expected 1 or 2")
+    chips = _int(env, "TORCH_NEURONX_SIM_CHIPS", 1)
+    if chips < 1:
+        raise ValueError(f"TORCH_NEURONX_SIM_CHIPS={chips}: expected at least 1")
+    chip = CHIPS[generation]
+    per_chip = chip.physical_cores // config
+    total = per_chip * chips
+    visible = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
+    cores = parse_core_list(visible, total) if visible else tuple(range(total))
+    num = _int(env, "NEURON_RT_NUM_CORES", 0)
+    if num < 0 or num > len(cores):
+        raise ValueError(f"NEURON_RT_NUM_CORES={num}: only {len(cores)} cores are visible")
+    if num:
+        cores = cores[:num]
+    hbm = _int(env, "TORCH_NEURONX_SIM_HBM_BYTES", chip.hbm_bytes // per_chip)
+    return Topology(generation, config, chips, cores, hbm,
+                    launch_blocking=_flag(env, "NEURON_LAUNCH_BLOCKING"),
+                    capture_stack=_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"))

@@ -1,0 +1,1 @@
+"""Test helpers: a tiny reference model and the CPU parity-check tool."""
