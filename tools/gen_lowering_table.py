@@ -299,9 +299,6 @@ _TENSOR_TYPES = {"Tensor", "Optional[Tensor]", "List[Tensor]"}
 # index.Tensor is tagged dynamic_output_shape only because of bool/uint8 masks;
 # the table keeps it async and BOOL_INDEX_SYNC_OPS tells the runtime when to sync.
 _BOOL_INDEX_OPS = ("aten::index.Tensor", "aten::index.Tensor_out")
-# Output sizes computed from Scalar *values*, which the async signature cache ignores.
-_SCALAR_VALUE_SHAPE = {"arange", "range"}
-
 
 # Judgement calls: _ctc_loss is sync through its tag although its int[]-lengths
 # overload has a static shape; histogram/_histogramdd_* have no meta kernel but
@@ -312,7 +309,9 @@ def _mode(ov: torch._ops.OpOverload) -> str:
         return "async"
     data_dependent = {Tag.dynamic_output_shape, Tag.data_dependent_output} & set(ov.tags)
     non_tensor_return = any(str(r.type) not in _TENSOR_TYPES for r in ov._schema.returns)
-    sync = data_dependent or non_tensor_return or packet in _SCALAR_VALUE_SHAPE
+    # Factories whose size comes from Scalar values (arange) stay async: for ops without
+    # tensor inputs the kernel's signature includes the Scalar values.
+    sync = data_dependent or non_tensor_return
     return "sync" if sync else "async"
 
 
@@ -370,7 +369,7 @@ mode "async": output metadata depends only on input metadata and non-Scalar-valu
   arguments; after the first (synchronous) call of a signature the op is queued on
   the worker thread with cached output layouts.
 mode "sync": data-dependent output shape (nonzero, unique, masked_select, ...), an
-  output shape read from Scalar values (arange/range), or a non-Tensor result; the
+  or a non-Tensor result; the
   op always runs synchronously.
 out_overload: the out= overload of the same packet with the functional overload's
   arguments (same names and types, same order) plus kwarg-only '!' outputs matching

@@ -5,7 +5,15 @@ registers the ``neuron`` device, the ``torch.neuron`` module and the device kern
 """
 from __future__ import annotations
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package does the work.
+
+    Defined before ``import torch`` because importing torch first (``import torch_neuronx``
+    before ``import torch``) calls it while this module is still initializing."""
+
+
+import torch  # noqa: E402
 
 from . import _C
 from . import runtime
@@ -38,7 +46,3 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "memory_summary", "reset_peak_memory_stats", "empty_cache",
 ]
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package did the work."""

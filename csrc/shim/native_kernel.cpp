@@ -12,6 +12,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/bit_cast.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -33,6 +34,7 @@ const std::string kFloat64Reason = "float64 tensors live on the device but compu
 std::atomic<bool> retry_on_cpu{true};
 
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
+constexpr size_t kMaxPlans = 4096;  // per operator
 const c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
 
 std::string full_name(const c10::OperatorName& name) {
@@ -99,6 +101,7 @@ struct SignatureHash {
 struct TensorLayout {
   std::vector<int64_t> sizes, strides;
   c10::ScalarType dtype;
+  bool defined = true;  // e.g. convolution_backward leaves unrequested gradients undefined
 };
 
 // Layout of the outputs of one signature: per return, either an argument it aliases
@@ -110,6 +113,7 @@ struct Plan {
     std::vector<TensorLayout> tensors;
   };
   std::vector<Return> returns;
+  std::vector<std::pair<size_t, TensorLayout>> out_resizes;  // out= arguments the op resizes
 };
 
 // Operators without a CPU kernel that run through another operator on the host.
@@ -192,7 +196,6 @@ class NativeKernel final : public c10::OperatorKernel {
     }
     std::vector<c10::IValue> args(std::make_move_iterator(first), std::make_move_iterator(stack->end()));
     stack->erase(first, stack->end());
-    counter_.launches++;
     if (plan) return launch_planned(op, *plan, std::move(args), device, stack);
     build(op, std::move(args), device, stack, cacheable ? &key : nullptr);
   }
@@ -283,9 +286,17 @@ class NativeKernel final : public c10::OperatorKernel {
       }
     }
     // ... except for factories (arange), whose output size comes from scalar values.
-    if (!has_tensor_input)
-      for (size_t i = 0; i < kinds_.size(); ++i)
-        if (kinds_[i] == ArgKind::Scalar || kinds_[i] == ArgKind::Float) cacheable = false;
+    if (!has_tensor_input) {
+      it = first;
+      for (size_t i = 0; i < kinds_.size(); ++i, ++it) {
+        if (kinds_[i] != ArgKind::Scalar && kinds_[i] != ArgKind::Float) continue;
+        const c10::IValue& v = *it;
+        if (v.isDouble()) key.push_back(c10::bit_cast<int64_t>(v.toDouble()));
+        else if (v.isInt()) key.push_back(v.toInt());
+        else if (v.isBool()) key.push_back(v.toBool());
+        else if (!v.isNone()) cacheable = false;
+      }
+    }
     return place;
   }
 
@@ -337,12 +348,19 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   at::Tensor allocate(const TensorLayout& layout) const {
+    if (!layout.defined) return at::Tensor();
     return at::detail::empty_strided_generic(layout.sizes, layout.strides, allocator(), kNeuronKeys,
                                              layout.dtype);
   }
 
+  static void resize_out(const at::Tensor& out, const TensorLayout& layout) {
+    out.resize_(layout.sizes);
+    if (out.strides() != c10::IntArrayRef(layout.strides)) out.as_strided_(layout.sizes, layout.strides);
+  }
+
   void launch_planned(const c10::OperatorHandle& op, const Plan& plan, std::vector<c10::IValue> args,
                       c10::DeviceIndex device, torch::jit::Stack* stack) {
+    for (const auto& [i, layout] : plan.out_resizes) resize_out(args[i].toTensor(), layout);
     std::vector<c10::IValue> outputs;
     for (const auto& r : plan.returns) {
       if (r.alias_arg >= 0) {
@@ -355,6 +373,7 @@ class NativeKernel final : public c10::OperatorKernel {
         outputs.emplace_back(allocate(r.tensors[0]));
       }
     }
+    counter_.launches++;
     launch(device,
            [this, op, device, args = std::move(args), fresh = functional_ ? outputs : std::vector<c10::IValue>()]() {
              maybe_fault();
@@ -382,7 +401,7 @@ class NativeKernel final : public c10::OperatorKernel {
 
   static void copy_into(const c10::IValue& device_out, const c10::IValue& host_result, HostAliases& alias) {
     if (device_out.isTensor()) {
-      alias(device_out.toTensor()).copy_(host_result.toTensor());
+      if (device_out.toTensor().defined()) alias(device_out.toTensor()).copy_(host_result.toTensor());
       return;
     }
     auto outs = device_out.toTensorList();
@@ -420,18 +439,18 @@ class NativeKernel final : public c10::OperatorKernel {
       return fallback_to_cpu(op, stack, std::string("the device kernel failed (") + e.what() + ")");
     }
 
-    bool resized = false;
+    counter_.launches++;
+    auto plan = std::make_shared<Plan>();
     for (auto& [i, clone] : out_clones) {
       at::Tensor out = args[i].toTensor();
       if (out.sizes() != clone.sizes() || out.strides() != clone.strides()) {
-        resized = true;
-        out.resize_(clone.sizes());
-        out.as_strided_(clone.sizes(), clone.strides());
+        TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type()};
+        resize_out(out, layout);
+        plan->out_resizes.emplace_back(i, std::move(layout));
       }
       launch(device, [out, clone] { host_alias(out).copy_(clone); }, name_);
     }
 
-    auto plan = std::make_shared<Plan>();
     plan->returns = return_shape_;
     for (size_t j = 0; j < plan->returns.size(); ++j) {
       auto& r = plan->returns[j];
@@ -449,17 +468,19 @@ class NativeKernel final : public c10::OperatorKernel {
                                                         : result.toTensorVector();
       std::vector<at::Tensor> outs;
       for (const at::Tensor& h : hosts) {
-        TensorLayout layout{h.sizes().vec(), h.strides().vec(), h.scalar_type()};
+        TensorLayout layout{{}, {}, c10::ScalarType::Undefined, h.defined()};
+        if (h.defined()) layout = {h.sizes().vec(), h.strides().vec(), h.scalar_type()};
         at::Tensor out = allocate(layout);
-        launch(device, [out, h] { host_alias(out).copy_(h); }, name_);
+        if (h.defined()) launch(device, [out, h] { host_alias(out).copy_(h); }, name_);
         outs.push_back(out);
         r.tensors.push_back(std::move(layout));
       }
       if (r.is_list) stack->push_back(c10::IValue(outs));
       else stack->push_back(outs[0]);
     }
-    if (key && !resized) {
+    if (key) {
       std::lock_guard<std::mutex> lock(cache_mu_);
+      if (cache_.size() >= kMaxPlans) cache_.clear();  // shapes keep changing: start over
       cache_.emplace(*key, std::move(plan));
     }
   }

@@ -95,10 +95,14 @@ at::Tensor complex_view(const at::Tensor& self) {
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
-  // Growing reallocates and copies the old bytes on the host: queued kernels must be done
-  // with the old buffer first.
-  synchronize_device(self.device().index());
-  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+  // Growing a non-empty buffer reallocates and copies the old bytes on the host: queued
+  // kernels must be done with the old buffer first.
+  const auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  const size_t needed = at::detail::computeStorageNbytesContiguous(sizes, self.dtype().itemsize(),
+                                                                  self.storage_offset());
+  if (self.storage().nbytes() > 0 && needed > self.storage().nbytes())
+    synchronize_device(self.device().index());
+  return at::native::resize_(self, sizes, memory_format);
 }
 
 at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {

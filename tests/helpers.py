@@ -1,0 +1,134 @@
+"""Shared comparison helpers for the neuron differential tests (CPU is the reference)."""
+from __future__ import annotations
+
+import torch
+
+DEVICE = "neuron"
+
+# Loose tolerances for low-precision floats (compared against CPU results of the same dtype).
+LOW_PRECISION_TOL = {
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+}
+
+
+def to_device(obj, device=DEVICE):
+    """Recursively copy tensors in obj (tensor / list / tuple / dict) to device, keeping requires_grad leaves."""
+    if isinstance(obj, torch.Tensor):
+        out = obj.detach().to(device)
+        if obj.requires_grad:
+            out.requires_grad_(True)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(o, device) for o in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def assert_same(cpu_result, device_result, atol=None, rtol=None, check_stride=True, check_device=True):
+    """Assert a device result equals the CPU reference: dtype, shape, strides and values.
+
+    Handles tensors, (named) tuples, lists, Python scalars and None.
+    """
+    if isinstance(cpu_result, torch.Tensor):
+        assert isinstance(device_result, torch.Tensor), f"expected a tensor, got {type(device_result)}"
+        if check_device:
+            assert device_result.device.type == DEVICE, f"result on {device_result.device}, expected {DEVICE}"
+        assert device_result.dtype == cpu_result.dtype, f"dtype {device_result.dtype} != {cpu_result.dtype}"
+        assert device_result.shape == cpu_result.shape, f"shape {device_result.shape} != {cpu_result.shape}"
+        if check_stride and cpu_result.numel() > 1:
+            assert device_result.stride() == cpu_result.stride(), (
+                f"stride {device_result.stride()} != {cpu_result.stride()}")
+        tol = {}
+        if atol is not None or rtol is not None:
+            tol = dict(atol=atol if atol is not None else 0.0, rtol=rtol if rtol is not None else 0.0)
+        elif cpu_result.dtype in LOW_PRECISION_TOL:
+            tol = LOW_PRECISION_TOL[cpu_result.dtype]
+        torch.testing.assert_close(device_result.detach().cpu(), cpu_result.detach(), equal_nan=True,
+                                   check_stride=False, **tol)
+        return
+    if isinstance(cpu_result, (list, tuple)):
+        assert isinstance(device_result, (list, tuple)), f"expected a sequence, got {type(device_result)}"
+        assert len(cpu_result) == len(device_result), f"length {len(device_result)} != {len(cpu_result)}"
+        for c, d in zip(cpu_result, device_result):
+            assert_same(c, d, atol=atol, rtol=rtol, check_stride=check_stride, check_device=check_device)
+        return
+    if cpu_result is None:
+        assert device_result is None, f"expected None, got {device_result!r}"
+        return
+    if isinstance(cpu_result, float):
+        torch.testing.assert_close(device_result, cpu_result, atol=atol or 1e-6, rtol=rtol or 1e-6)
+        return
+    assert cpu_result == device_result, f"{device_result!r} != {cpu_result!r}"
+
+
+def sync():
+    torch.neuron.synchronize()
+
+
+def check_twice(fn, *cpu_args, atol=None, rtol=None, check_stride=True, **cpu_kwargs):
+    """Run fn on the CPU args and twice on device copies (sync/build call, then cached async call).
+
+    Compares both device results to the CPU result before and after torch.neuron.synchronize().
+    Returns (cpu_result, first_device_result, second_device_result).
+    """
+    expected = fn(*cpu_args, **cpu_kwargs)
+    dev_args = to_device(cpu_args)
+    dev_kwargs = to_device(cpu_kwargs)
+    first = fn(*dev_args, **dev_kwargs)
+    second = fn(*dev_args, **dev_kwargs)
+    # second is probably still in flight on the worker: read it first.
+    assert_same(expected, second, atol=atol, rtol=rtol, check_stride=check_stride)
+    assert_same(expected, first, atol=atol, rtol=rtol, check_stride=check_stride)
+    sync()
+    assert_same(expected, first, atol=atol, rtol=rtol, check_stride=check_stride)
+    assert_same(expected, second, atol=atol, rtol=rtol, check_stride=check_stride)
+    return expected, first, second
+
+
+def _leaves(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(_leaves(a))
+    return out
+
+
+def _first_tensor(result):
+    if isinstance(result, torch.Tensor):
+        return result
+    for r in result:
+        if isinstance(r, torch.Tensor) and r.requires_grad:
+            return r
+    raise AssertionError("no differentiable output")
+
+
+def check_grad_twice(fn, *cpu_args, atol=None, rtol=None, check_stride=True, seed=1234):
+    """Forward + backward of fn on CPU and twice on device; compares outputs and leaf gradients.
+
+    The upstream gradient is a fixed random tensor (same on both devices).
+    """
+    cpu_leaves = _leaves(cpu_args)
+    assert cpu_leaves, "check_grad_twice needs inputs with requires_grad=True"
+    out = _first_tensor(fn(*cpu_args))
+    g = torch.Generator().manual_seed(seed)
+    grad_out = torch.randn(out.shape, generator=g, dtype=torch.float32).to(out.dtype)
+    cpu_grads = torch.autograd.grad(out, cpu_leaves, grad_out)
+
+    results = []
+    for _ in range(2):
+        dev_args = to_device(cpu_args)
+        dev_leaves = _leaves(dev_args)
+        dout = _first_tensor(fn(*dev_args))
+        dgrads = torch.autograd.grad(dout, dev_leaves, grad_out.to(DEVICE))
+        results.append((dout, dgrads))
+    for dout, dgrads in results:
+        assert_same(out, dout, atol=atol, rtol=rtol, check_stride=check_stride)
+        assert_same(cpu_grads, dgrads, atol=atol, rtol=rtol, check_stride=check_stride)
+    sync()
+    for dout, dgrads in results:
+        assert_same(cpu_grads, dgrads, atol=atol, rtol=rtol, check_stride=check_stride)
+    return out, cpu_grads, results
