@@ -14,7 +14,8 @@ Nanos now_ns() {
   return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-HardwareQueue::HardwareQueue(int device) : device_(device) {
+HardwareQueue::HardwareQueue(int device, size_t max_inflight)
+    : device_(device), max_inflight_(max_inflight) {
   streams_.push_back(Stream{0});  // stream 0: the default stream
   worker_ = std::thread([this] { run(); });
 }
@@ -56,11 +57,19 @@ uint64_t HardwareQueue::push(int stream, Item item) {
   drain_retired();
   uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    // Like a hardware launch queue, the queue has a depth: the host blocks when it runs too
+    // far ahead, which also bounds the memory that pending kernels keep alive.
+    if (pending_ >= max_inflight_) {
+      waiters_++;
+      done_cv_.wait(lock, [&] { return pending_ < max_inflight_; });
+      waiters_--;
+    }
     Stream& s = streams_.at(stream);
     seq = item.seq = next_seq_++;
     s.items.push_back(std::move(item));
     s.enqueued++;
+    pending_++;
   }
   work_cv_.notify_one();
   return seq;
@@ -168,6 +177,7 @@ void HardwareQueue::run() {
       Stream& s = streams_[stream];
       s.completed++;
       s.last_seq_done = item.seq;
+      pending_--;
       // The kernel's captures may own the last reference to objects whose release needs the
       // launching thread's interpreter: launching threads destroy them (see drain_retired).
       if (item.fn) retired_.push_back(std::move(item.fn));

@@ -45,7 +45,9 @@ struct LaunchInfo {
 
 class HardwareQueue {
  public:
-  HardwareQueue(int device);
+  // `thread_init` runs first on the worker thread (the shim sizes its compute threads there).
+  // `max_inflight`: launches beyond this many pending kernels wait for the queue to drain.
+  HardwareQueue(int device, size_t max_inflight);
   ~HardwareQueue();
 
   int create_stream(int priority);
@@ -104,6 +106,8 @@ class HardwareQueue {
   std::vector<Stream> streams_;
   std::vector<std::function<void()>> retired_;  // executed kernel bodies awaiting destruction
   uint64_t next_seq_ = 1;
+  const size_t max_inflight_;
+  size_t pending_ = 0;
   bool stop_ = false;
   int waiters_ = 0;
   std::atomic<uint64_t> executed_{0};

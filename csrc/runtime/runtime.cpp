@@ -56,7 +56,7 @@ Core& Runtime::core(int index) {
   std::lock_guard<std::mutex> lock(mu_);
   core = cores_[index].load();
   if (!core) {
-    core = new Core(index, topology_.hbm_bytes_per_core);
+    core = new Core(index, topology_);
     cores_[index].store(core, std::memory_order_release);
     initialized_ = true;
   }

@@ -20,11 +20,13 @@ struct Topology {
   std::vector<int> visible_cores;      // physical logical-core ids, one per neuron:N
   size_t hbm_bytes_per_core = 0;       // capacity of each core's pool
   bool launch_blocking = false;
+  size_t max_inflight = 256;           // queue depth of each core
 };
 
 // One visible logical NeuronCore (`neuron:N`).
 struct Core {
-  Core(int index, size_t capacity) : pool(index, capacity), queue(index) {}
+  Core(int index, const Topology& topology)
+      : pool(index, topology.hbm_bytes_per_core), queue(index, topology.max_inflight) {}
   HbmPool pool;
   HardwareQueue queue;
 };

@@ -106,6 +106,30 @@ void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::str
   launch_impl(device, std::move(fn), std::move(name), true);
 }
 
+at::Tensor snapshot(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kNeuron) return t;
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+c10::IValue snapshot(const c10::IValue& v) {
+  if (v.isTensor()) return snapshot(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList()) list.push_back(snapshot(t));
+    return list;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+      list.push_back(t.has_value() ? std::optional<at::Tensor>(snapshot(*t)) : std::nullopt);
+    return list;
+  }
+  return v;
+}
+
 at::Tensor HostAliases::operator()(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kNeuron) return t;
   if (t.numel() == 0 || !t.storage().data())

@@ -37,6 +37,12 @@ void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::str
 std::string launch_stack();
 void set_capture_stack(bool enabled);
 
+// A tensor sharing `t`'s storage with its current sizes, strides and offset, so a queued
+// kernel sees the tensor as it was at launch even if the caller then changes its metadata
+// in place (squeeze_, t_, as_strided_, set_). Lists and other values pass through.
+at::Tensor snapshot(const at::Tensor& t);
+c10::IValue snapshot(const c10::IValue& v);
+
 // A CPU tensor viewing the same bytes as a device tensor. Only kernels (code running on
 // the hardware queue, or on the host after a synchronization) may use it.
 at::Tensor host_alias(const at::Tensor& device_tensor);

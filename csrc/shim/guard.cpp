@@ -40,15 +40,19 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return static_cast<c10::DeviceIndex>(neuron_rt::Runtime::get().device_count());
   }
 
-  c10::Stream getStream(c10::Device d) const override { return current_stream(d.index()); }
+  c10::Stream getStream(c10::Device d) const override {
+    return current_stream(d.has_index() ? d.index() : current_device());
+  }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::UNSAFE, d, 0);
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, d.has_index() ? d.index() : current_device()), 0);
   }
   c10::Stream getNewStream(c10::Device d, int priority) const override {
+    if (!d.has_index()) d = c10::Device(kNeuron, current_device());
     const int id = core(d.index()).queue.create_stream(priority);
     return c10::Stream(c10::Stream::UNSAFE, d, id);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    if (!d.has_index()) d = c10::Device(kNeuron, current_device());
     static std::mutex mu;
     static std::vector<std::vector<int>> pools[2];
     static std::vector<int> next[2];
@@ -73,15 +77,15 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "Event device index ", device_index, " does not match recording stream's "
-                "device index ", stream.device_index(), ".");
+                "Event device index ", static_cast<int>(device_index), " does not match recording "
+                "stream's device index ", static_cast<int>(stream.device_index()), ".");
     auto*& holder = reinterpret_cast<EventPtr*&>(*event);
     if (!holder)
       holder = new EventPtr(std::make_shared<neuron_rt::Event>(
           stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT));
     TORCH_CHECK((*holder)->device == stream.device_index(), "Event recorded on neuron:",
                 (*holder)->device, " cannot be recorded on a stream of neuron:",
-                stream.device_index());
+                static_cast<int>(stream.device_index()));
     core(stream.device_index()).queue.record(static_cast<int>(stream.id()), *holder);
   }
   void block(void* event, const c10::Stream& stream) const override {

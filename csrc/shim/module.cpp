@@ -14,7 +14,7 @@ namespace {
 
 void configure(const std::string& generation, int logical_nc_config, int num_chips,
                const std::vector<int>& visible_cores, size_t hbm_bytes_per_core,
-               bool launch_blocking, bool capture_stack) {
+               bool launch_blocking, bool capture_stack, size_t max_inflight) {
   neuron_rt::Topology t;
   t.generation = generation;
   t.logical_nc_config = logical_nc_config;
@@ -22,6 +22,7 @@ void configure(const std::string& generation, int logical_nc_config, int num_chi
   t.visible_cores = visible_cores;
   t.hbm_bytes_per_core = hbm_bytes_per_core;
   t.launch_blocking = launch_blocking;
+  t.max_inflight = std::max<size_t>(1, max_inflight);
   try {
     neuron_rt::Runtime::get().configure(std::move(t));
   } catch (const std::runtime_error& e) {

@@ -10,6 +10,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/bit_cast.h>
@@ -114,13 +116,48 @@ struct Plan {
   };
   std::vector<Return> returns;
   std::vector<std::pair<size_t, TensorLayout>> out_resizes;  // out= arguments the op resizes
+  bool use_out = false;  // the out= overload writes preallocated outputs correctly
 };
 
-// Operators without a CPU kernel that run through another operator on the host.
+// Keeps the warnings a kernel raises on the worker so the launching thread can re-issue them.
+struct WarningCollector : c10::WarningHandler {
+  void process(const c10::Warning& warning) override { warnings.push_back(warning); }
+  std::vector<c10::Warning> warnings;
+};
+
+// Operators without a suitable CPU kernel: they run another operator on the host (`host_op`,
+// after `adapt` rewrites the arguments) or a host function of their own (`run`).
 struct HostSubstitute {
   const char* host_op;
-  void (*adapt)(torch::jit::Stack&);  // turns the operator's arguments into the host op's
+  void (*adapt)(torch::jit::Stack&);
+  void (*run)(torch::jit::Stack&, c10::DeviceIndex);
 };
+
+// native_dropout's CPU kernel draws from the CPU's default generator; on a core it must draw
+// from the core's. Same computation as the CPU kernel otherwise, so masks match a CPU run
+// seeded alike.
+void dropout_on_core_generator(torch::jit::Stack& s, c10::DeviceIndex device) {
+  const at::Tensor input = s[0].toTensor();
+  const double p = s[1].toDouble();
+  const auto train = s[2].toOptional<bool>();
+  s.clear();
+  at::Tensor output, mask;
+  if (input.numel() == 0) {
+    output = input;
+    mask = at::empty_like(input);
+  } else if (!train.has_value() || *train) {
+    const double p1m = 1. - p;
+    const double scale = p1m == 0 ? 0. : 1. / p1m;
+    mask = at::empty_like(input, at::MemoryFormat::Contiguous);
+    mask.bernoulli_(p1m, kernel_generator(std::nullopt, device));
+    output = input.mul(mask).mul_(scale);
+  } else {
+    mask = at::ones_like(input, input.options().dtype(at::kBool));
+    output = input.clone();
+  }
+  s.push_back(output);
+  s.push_back(mask);
+}
 
 // convolution_backward takes the bias shape the overrideable entry point leaves out.
 void insert_bias_sizes(torch::jit::Stack& s) {
@@ -136,8 +173,9 @@ void insert_bias_sizes(torch::jit::Stack& s) {
 
 const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
   static const std::unordered_map<std::string, HostSubstitute> table = {
-      {"aten::convolution_overrideable", {"aten::convolution", nullptr}},
-      {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes}},
+      {"aten::convolution_overrideable", {"aten::convolution", nullptr, nullptr}},
+      {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
+      {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
   };
   return table;
 }
@@ -152,16 +190,21 @@ class NativeKernel final : public c10::OperatorKernel {
         bool_index_sync_(bool_index_sync),
         out_op_(std::move(out_op)) {
     if (auto it = host_substitutes().find(name_); it != host_substitutes().end()) {
-      const std::string host = it->second.host_op;
-      host_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(host.c_str(), "");
+      if (it->second.host_op)
+        host_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(it->second.host_op, "");
       adapt_ = it->second.adapt;
+      host_run_ = it->second.run;
     }
     const auto& schema = op.schema();
+    // Functional: neither writes an argument nor returns one (batch norm's running stats are
+    // written although its results are fresh).
+    functional_ = true;
     for (const auto& arg : schema.arguments()) {
       kinds_.push_back(classify(arg));
       is_out_.push_back(arg.is_out());
+      has_generator_ |= kinds_.back() == ArgKind::Generator;
+      if (arg.alias_info() && arg.alias_info()->isWrite()) functional_ = false;
     }
-    functional_ = true;
     for (const auto& ret : schema.returns()) {
       Plan::Return r;
       r.is_list = ret.real_type()->kind() == c10::TypeKind::ListType;
@@ -216,7 +259,8 @@ class NativeKernel final : public c10::OperatorKernel {
         if (place.device < 0) place.device = t.device().index();
         TORCH_CHECK(place.device == t.device().index(),
                     "Expected all tensors to be on the same device, but found at least two "
-                    "devices, neuron:", place.device, " and neuron:", t.device().index(),
+                    "devices, neuron:", static_cast<int>(place.device), " and neuron:",
+                    static_cast<int>(t.device().index()),
                     "! (when checking arguments for ", name_, ")");
         const auto dtype = t.scalar_type();
         if (dtype == c10::ScalarType::Double) place.float64 = true;
@@ -267,6 +311,9 @@ class NativeKernel final : public c10::OperatorKernel {
           if (v.isList()) key.push_back(static_cast<int64_t>(v.toListRef().size()));
           break;
         case ArgKind::Generator:
+          TORCH_CHECK(v.isNone() || v.toGenerator().device().type() == kNeuron, name_,
+                      ": expected a 'neuron' device type for generator but found '",
+                      v.toGenerator().device().type(), "'. Use torch.Generator(\"neuron\").");
           key.push_back(-5);
           break;
         case ArgKind::Value:
@@ -336,7 +383,8 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   // Runs the operator's host implementation on host arguments; results replace them.
-  void call_host(const c10::OperatorHandle& op, torch::jit::Stack& s) const {
+  void call_host(const c10::OperatorHandle& op, torch::jit::Stack& s, c10::DeviceIndex device) const {
+    if (host_run_) return host_run_(s, device);
     if (!host_op_) return op.redispatchBoxed(kCpuKeys, &s);
     if (adapt_) adapt_(s);
     host_op_->callBoxed(&s);
@@ -353,8 +401,10 @@ class NativeKernel final : public c10::OperatorKernel {
                                              layout.dtype);
   }
 
+  // Gives an out= argument the layout the operator chose for it (resize_output warns, as on
+  // the CPU, when a non-empty output is resized).
   static void resize_out(const at::Tensor& out, const TensorLayout& layout) {
-    out.resize_(layout.sizes);
+    at::native::resize_output(out, layout.sizes);
     if (out.strides() != c10::IntArrayRef(layout.strides)) out.as_strided_(layout.sizes, layout.strides);
   }
 
@@ -374,19 +424,25 @@ class NativeKernel final : public c10::OperatorKernel {
       }
     }
     counter_.launches++;
+    // The kernel works on the tensors as they are now, whatever the caller does to their
+    // metadata (squeeze_, t_, as_strided_, ...) before it runs.
+    std::vector<c10::IValue> fresh;  // per return: the new output, or None for an argument
+    for (size_t j = 0; j < outputs.size(); ++j)
+      fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : snapshot(outputs[j]));
+    for (auto& arg : args) arg = snapshot(arg);
     launch(device,
-           [this, op, device, args = std::move(args), fresh = functional_ ? outputs : std::vector<c10::IValue>()]() {
+           [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
              maybe_fault();
              HostAliases alias;
              auto s = host_args(args, alias, device);
              const at::AutoDispatchBelowADInplaceOrView below_autograd;
-             if (!functional_) return call_host(op, s);
-             if (out_op_) {
+             if (use_out) {
                for (const auto& out : fresh) s.push_back(alias_ivalue(out, alias));
                return out_op_->redispatchBoxed(kCpuKeys, &s);
              }
-             call_host(op, s);
-             for (size_t j = 0; j < fresh.size(); ++j) copy_into(fresh[j], s[j], alias);
+             call_host(op, s, device);
+             for (size_t j = 0; j < fresh.size(); ++j)
+               if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
            },
            name_);
     for (auto& out : outputs) stack->push_back(std::move(out));
@@ -409,15 +465,66 @@ class NativeKernel final : public c10::OperatorKernel {
     for (size_t i = 0; i < outs.size(); ++i) alias(outs[i]).copy_(results[i]);
   }
 
+  // Runs the out= overload on fixed-size host outputs and checks it reproduces the functional
+  // results: some out= kernels resize their output on the way (reduced losses) or differ.
+  bool out_overload_matches(const std::vector<c10::IValue>& args, const torch::jit::Stack& results,
+                            c10::DeviceIndex device) const {
+    HostAliases alias;
+    auto s = host_args(args, alias, device);
+    // On copies of the inputs: some operators write arguments their schema does not mark
+    // (native_batch_norm's running statistics), and the real call has already happened.
+    auto copy = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
+    for (auto& v : s) {
+      if (v.isTensor()) v = copy(v.toTensor());
+      else if (v.isTensorList()) {
+        std::vector<at::Tensor> copies;
+        for (const at::Tensor& t : v.toTensorList()) copies.push_back(copy(t));
+        v = copies;
+      }
+    }
+    std::vector<at::Tensor> scratch;
+    for (size_t j = 0; j < return_shape_.size(); ++j) {
+      std::vector<at::Tensor> list;
+      for (const at::Tensor& h : results[j].isTensor() ? std::vector<at::Tensor>{results[j].toTensor()}
+                                                        : results[j].toTensorVector()) {
+        if (!h.defined()) return false;
+        list.push_back(fixed_size_like(h));
+        scratch.push_back(list.back());
+      }
+      if (return_shape_[j].is_list) s.push_back(c10::IValue(list));
+      else s.push_back(list[0]);
+    }
+    try {
+      out_op_->redispatchBoxed(kCpuKeys, &s);
+    } catch (const std::exception&) {
+      return false;
+    }
+    size_t k = 0;
+    for (size_t j = 0; j < return_shape_.size(); ++j)
+      for (const at::Tensor& h : results[j].isTensor() ? std::vector<at::Tensor>{results[j].toTensor()}
+                                                        : results[j].toTensorVector())
+        if (!scratch[k++].equal(h)) return false;
+    return true;
+  }
+
+  static at::Tensor fixed_size_like(const at::Tensor& t) {
+    const size_t nbytes = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize());
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(), false);
+    return at::empty({0}, t.options()).set_(storage, 0, t.sizes(), t.strides());
+  }
+
   // First launch of a signature (or every launch of a data-dependent op): run on the core,
   // wait, and derive the outputs (and the plan) from what the CPU kernel produced.
   void build(const c10::OperatorHandle& op, std::vector<c10::IValue> args, c10::DeviceIndex device,
              torch::jit::Stack* stack, const Words* key) {
     torch::jit::Stack results;
     std::vector<std::pair<size_t, at::Tensor>> out_clones;  // out= arguments, run on resizable copies
+    WarningCollector warnings;
+    bool use_out = false;
     try {
       launch_and_wait(device,
                       [&] {
+                        const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
                         maybe_fault();
                         HostAliases alias;
                         results = host_args(args, alias, device);
@@ -428,7 +535,12 @@ class NativeKernel final : public c10::OperatorKernel {
                             results[i] = clone;
                           }
                         const at::AutoDispatchBelowADInplaceOrView below_autograd;
-                        call_host(op, results);
+                        call_host(op, results, device);
+                        if (key && functional_ && out_op_ && !has_generator_ && !host_run_ && !host_op_) {
+                          WarningCollector ignored;  // the trial run's warnings are not the user's
+                          const c10::WarningUtils::WarningHandlerGuard quiet(&ignored);
+                          use_out = out_overload_matches(args, results, device);
+                        }
                       },
                       name_);
     } catch (const std::exception& e) {
@@ -438,17 +550,20 @@ class NativeKernel final : public c10::OperatorKernel {
       for (auto& a : args) stack->push_back(std::move(a));
       return fallback_to_cpu(op, stack, std::string("the device kernel failed (") + e.what() + ")");
     }
+    for (const auto& w : warnings.warnings) c10::warn(w);  // as if the kernel ran on this thread
 
     counter_.launches++;
     auto plan = std::make_shared<Plan>();
+    plan->use_out = use_out;
     for (auto& [i, clone] : out_clones) {
       at::Tensor out = args[i].toTensor();
-      if (out.sizes() != clone.sizes() || out.strides() != clone.strides()) {
+      if (out.sizes() != clone.sizes()) {  // the operator resized its output (and warned)
         TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type()};
-        resize_out(out, layout);
+        out.resize_(layout.sizes);
+        if (out.strides() != c10::IntArrayRef(layout.strides)) out.as_strided_(layout.sizes, layout.strides);
         plan->out_resizes.emplace_back(i, std::move(layout));
       }
-      launch(device, [out, clone] { host_alias(out).copy_(clone); }, name_);
+      launch(device, [out = snapshot(out), clone] { host_alias(out).copy_(clone); }, name_);
     }
 
     plan->returns = return_shape_;
@@ -471,7 +586,7 @@ class NativeKernel final : public c10::OperatorKernel {
         TensorLayout layout{{}, {}, c10::ScalarType::Undefined, h.defined()};
         if (h.defined()) layout = {h.sizes().vec(), h.strides().vec(), h.scalar_type()};
         at::Tensor out = allocate(layout);
-        if (h.defined()) launch(device, [out, h] { host_alias(out).copy_(h); }, name_);
+        if (h.defined()) launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, name_);
         outs.push_back(out);
         r.tensors.push_back(std::move(layout));
       }
@@ -491,6 +606,8 @@ class NativeKernel final : public c10::OperatorKernel {
   const std::optional<c10::OperatorHandle> out_op_;
   std::optional<c10::OperatorHandle> host_op_;
   void (*adapt_)(torch::jit::Stack&) = nullptr;
+  void (*host_run_)(torch::jit::Stack&, c10::DeviceIndex) = nullptr;
+  bool has_generator_ = false;
   std::vector<ArgKind> kinds_;
   std::vector<bool> is_out_;
   std::vector<Plan::Return> return_shape_;
@@ -537,10 +654,9 @@ void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
               ") but TORCH_NEURONX_STRICT_FALLBACK=1 forbids host execution. Unset it to allow the "
               "fallback, or keep this computation on the CPU.");
   // float64 is a dtype policy, not a missing kernel: one warning says it for every operator.
-  static std::atomic<bool> warned_float64{false};
-  const bool first = record_fallback(name);
   const bool float64 = reason == kFloat64Reason;
-  if (first && !(float64 && warned_float64.exchange(true)))
+  const bool first = record_fallback(name);
+  if (float64 ? first_float64_fallback() : first)
     TORCH_WARN("neuron: operator '", name, "' ran on the CPU (", reason, "): its inputs were copied "
                "to the host and its results back", float64 ? " (this warning covers every float64 "
                "operator)" : "", ". torch_neuronx.get_fallback_ops() lists every fallback; "
@@ -601,6 +717,10 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
 }
 

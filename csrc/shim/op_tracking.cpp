@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <unordered_map>
 
 namespace torch_neuronx {
@@ -12,6 +13,7 @@ std::unordered_map<std::string, std::unique_ptr<OpCounter>>& natives() {
   static auto* m = new std::unordered_map<std::string, std::unique_ptr<OpCounter>>();
   return *m;
 }
+bool float64_warned = false;
 std::map<std::string, int64_t>& fallbacks() {
   static auto* m = new std::map<std::string, int64_t>();
   return *m;
@@ -28,6 +30,11 @@ OpCounter& native_counter(const std::string& op) {
 bool record_fallback(const std::string& op) {
   std::lock_guard<std::mutex> lock(mu);
   return fallbacks()[op]++ == 0;
+}
+
+bool first_float64_fallback() {
+  std::lock_guard<std::mutex> lock(mu);
+  return !std::exchange(float64_warned, true);
 }
 
 std::map<std::string, int64_t> executed_ops() {
@@ -47,6 +54,7 @@ void clear_op_tracking() {
   std::lock_guard<std::mutex> lock(mu);
   for (auto& [name, counter] : natives()) counter->launches = 0;
   fallbacks().clear();
+  float64_warned = false;
 }
 
 }  // namespace torch_neuronx

@@ -16,6 +16,8 @@ struct OpCounter {
 OpCounter& native_counter(const std::string& op);
 // Records one CPU fallback of an operator; returns true the first time for that operator.
 bool record_fallback(const std::string& op);
+// True for the first float64 fallback since start or the last clear.
+bool first_float64_fallback();
 
 std::map<std::string, int64_t> executed_ops();
 std::map<std::string, int64_t> fallback_ops();

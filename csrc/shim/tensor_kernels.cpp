@@ -133,7 +133,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   h2d.launches++;
   if (src.is_cpu()) {
     auto staging = src.clone();
-    launch(dst.device().index(), [dst, staging] { host_alias(dst).copy_(staging); },
+    launch(dst.device().index(), [dst = snapshot(dst), staging] { host_alias(dst).copy_(staging); },
            "aten::_copy_from (host to device)");
   } else if (dst.is_cpu()) {
     const auto device = src.device().index();
@@ -141,7 +141,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     raise_pending_error(core(device));
   } else if (src.device() == dst.device()) {
     launch(dst.device().index(),
-           [src, dst] {
+           [src = snapshot(src), dst = snapshot(dst)] {
              HostAliases alias;
              alias(dst).copy_(alias(src));
            },
@@ -178,9 +178,13 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
+// Kernels keep every tensor they use alive until they have run, so there is nothing to record.
+void record_stream(at::Tensor&, c10::Stream) {}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", record_stream);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);

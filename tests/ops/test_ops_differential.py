@@ -197,7 +197,15 @@ def test_dropout_mask_matches_cpu_after_manual_seed(dtype, p):
         assert abs(frac - p) < 0.15
 
 
-def test_dropout_module_and_rng_state_roundtrip():
+def test_dropout_uses_neuron_generator():
+    x = torch.ones(8, 8, device=DEVICE)
+    cpu_state, dev_state = torch.get_rng_state(), torch.neuron.get_rng_state()
+    F.dropout(x, 0.5, training=True).cpu()
+    assert torch.equal(torch.get_rng_state(), cpu_state), "device dropout consumed the CPU generator"
+    assert not torch.equal(torch.neuron.get_rng_state(), dev_state), "neuron generator did not advance"
+
+
+def test_dropout_rng_state_roundtrip():
     x = torch.ones(8, 8)
     drop = torch.nn.Dropout(0.5)
     state = torch.neuron.get_rng_state()
@@ -205,8 +213,36 @@ def test_dropout_module_and_rng_state_roundtrip():
     torch.neuron.set_rng_state(state)
     b = drop(x.to(DEVICE)).cpu()
     assert torch.equal(a, b)
-    torch.manual_seed(3)
-    assert torch.equal(drop(x.to(DEVICE)).cpu(), (torch.manual_seed(3), drop(x))[1])
+
+
+def test_dropout_mask_follows_neuron_seed_not_cpu_seed():
+    x = torch.ones(16, 16)
+    torch.manual_seed(11)
+    expected = F.dropout(x, 0.5, training=True)
+    torch.manual_seed(99)            # CPU generator (and the device ones) get 99 ...
+    torch.neuron.manual_seed_all(11)  # ... then the device generators get 11
+    assert torch.equal(F.dropout(x.to(DEVICE), 0.5, training=True).cpu(), expected)
+
+
+def test_random_ops_use_neuron_generator_and_roundtrip():
+    """rand/randn/bernoulli_ draw from the per-core generator (mt19937 seeded like the CPU one)."""
+    for make in (lambda dev: torch.rand(4, 5, device=dev), lambda dev: torch.randn(4, 5, device=dev),
+                 lambda dev: torch.empty(4, 5, device=dev).bernoulli_(0.3),
+                 lambda dev: torch.empty(6, device=dev).uniform_(-2, 2),
+                 lambda dev: torch.randint(0, 9, (7,), device=dev)):
+        torch.manual_seed(5)
+        expected = make("cpu")
+        torch.manual_seed(5)
+        first, second = make(DEVICE), make(DEVICE)
+        torch.manual_seed(5)
+        make("cpu")
+        expected2 = make("cpu")
+        assert_same(expected, first)
+        assert_same(expected2, second)
+        state = torch.neuron.get_rng_state()
+        a = make(DEVICE).cpu()
+        torch.neuron.set_rng_state(state)
+        assert torch.equal(make(DEVICE).cpu(), a)
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,21 +273,44 @@ def test_cross_entropy_3d_weight_and_prob_targets():
     check_grad_twice(lambda x, p: F.cross_entropy(x, p, label_smoothing=0.1), x2, probs)
 
 
-@pytest.mark.parametrize("loss", ["mse", "l1", "smooth_l1", "bce_logits", "nll"])
-def test_other_losses(loss):
+LOSSES = {
+    "mse": (F.mse_loss, False),
+    "smooth_l1": (F.smooth_l1_loss, False),
+    "huber": (F.huber_loss, False),
+    "soft_margin": (lambda x, y: F.soft_margin_loss(x, y.sign()), False),
+    "bce": (lambda x, y: F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(y)), False),
+    "l1": (F.l1_loss, False),
+    "bce_logits": (lambda x, y: F.binary_cross_entropy_with_logits(x, (y > 0).float()), False),
+    "kl_div": (lambda x, y: F.kl_div(F.log_softmax(x, -1), F.softmax(y, -1), reduction="batchmean"), False),
+    "nll": (lambda x, y: F.nll_loss(F.log_softmax(x, -1), torch.tensor([0, 4, 2, 1], device=x.device)), False),
+}
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_losses(name, reduction):
+    fn = LOSSES[name][0]
+    if reduction == "none" and name in ("kl_div", "nll"):
+        pytest.skip("fixed reduction")
     x = rnd(4, 5, requires_grad=True)
     y = rnd(4, 5, seed=1)
-    if loss == "mse":
-        fn, args = F.mse_loss, (x, y)
-    elif loss == "l1":
-        fn, args = F.l1_loss, (x, y)
-    elif loss == "smooth_l1":
-        fn, args = F.smooth_l1_loss, (x, y)
-    elif loss == "bce_logits":
-        fn, args = F.binary_cross_entropy_with_logits, (x, (y > 0).float())
+    if name in ("kl_div", "nll"):
+        f = fn
     else:
-        fn, args = (lambda a, t: F.nll_loss(F.log_softmax(a, -1), t)), (x, torch.tensor([0, 4, 2, 1]))
-    check_grad_twice(fn, *args)
+        def f(a, b):
+            return _with_reduction(fn, name, a, b, reduction)
+    check_twice(f, x.detach(), y)
+    check_grad_twice(f, x, y)
+
+
+def _with_reduction(fn, name, a, b, reduction):
+    if name == "soft_margin":
+        return F.soft_margin_loss(a, b.sign(), reduction=reduction)
+    if name == "bce":
+        return F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b), reduction=reduction)
+    if name == "bce_logits":
+        return F.binary_cross_entropy_with_logits(a, (b > 0).float(), reduction=reduction)
+    return fn(a, b, reduction=reduction)
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,7 +490,7 @@ def test_index_put_and_advanced_indexing(dtype):
                 torch.tensor([1, 1, 1]), cols, vals)
     check_twice(lambda b, r: b[r], base, rows)
     check_twice(lambda b, r, c: b[r, c], base, rows, cols)
-    check_twice(lambda b, r: b[:, r[:2]], base, rows)
+    check_twice(lambda b, c: b[:, c[:2]], base, cols)
     mask = torch.tensor([True, False, True, True, False])
     check_twice(lambda b, m: b[m], base, mask)
     mask2 = base > 0 if dtype != torch.int64 else base > 0
@@ -615,8 +674,8 @@ def test_integer_reductions(dtype):
     check_twice(lambda t: t.cumsum(0), x)
     check_twice(lambda t: t.amax(0), x)
     check_twice(lambda t: tuple(t.max(1)), x)
-    check_twice(lambda t: t.argmax(), x)
-    if dtype != torch.bool:
+    if dtype != torch.bool:  # argmax/prod reject bool on the CPU too
+        check_twice(lambda t: t.argmax(), x)
         check_twice(lambda t: t.prod(1), x)
 
 
@@ -880,7 +939,7 @@ def test_optimizer_steps(name, impl):
         y = rnd(4, 3, seed=100 + step)
         for model, opt, dev in ((cpu_model, cpu_opt, "cpu"), (dev_model, dev_opt, DEVICE)):
             opt.zero_grad()
-            F.mse_loss(model(x.to(dev)), y.to(dev)).backward()
+            (model(x.to(dev)) - y.to(dev)).pow(2).mean().backward()
             opt.step()
         for (n, pc), pd in zip(cpu_model.named_parameters(), dev_model.parameters()):
             assert_same(pc, pd, atol=1e-6, rtol=1e-5)

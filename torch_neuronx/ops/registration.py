@@ -26,8 +26,10 @@ def apply_policies_from_env() -> None:
     _C._set_strict_fallback(_flag("TORCH_NEURONX_STRICT_FALLBACK"))
     _C._set_retry_failed_kernels_on_cpu(not _flag("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
     for spec in filter(None, os.environ.get("TORCH_NEURONX_INJECT_FAULT", "").split(",")):
-        op, _, count = spec.strip().partition(":")
-        _C._inject_fault(op, int(count or 1))
+        op, _, count = spec.strip().rpartition(":")
+        if not count.isdigit():  # no count given: "aten::mul.Tensor"
+            op, count = spec.strip(), "1"
+        _C._inject_fault(op, int(count))
 
 
 def set_strict_fallback(strict: bool) -> None:

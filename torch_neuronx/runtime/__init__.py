@@ -14,7 +14,7 @@ def configure(topology: Topology) -> None:
     global _topology
     _C._configure(topology.generation, topology.logical_nc_config, topology.num_chips,
                   list(topology.visible_cores), topology.hbm_bytes_per_core,
-                  topology.launch_blocking, topology.capture_stack)
+                  topology.launch_blocking, topology.capture_stack, topology.max_inflight)
     _topology = topology
 
 

@@ -41,6 +41,7 @@ class Topology:
     hbm_bytes_per_core: int
     launch_blocking: bool
     capture_stack: bool
+    max_inflight: int = 256
 
     @property
     def chip(self) -> ChipSpec:
@@ -71,9 +72,9 @@ def parse_core_list(spec: str, total: int) -> tuple[int, ...]:
     for part in spec.replace(" ", "").split(","):
         if not part:
             continue
-        lo, _, hi = part.partition("-")
+        lo, dash, hi = part.partition("-")
         try:
-            first, last = int(lo), int(hi or lo)
+            first, last = int(lo), int(hi if dash else lo)
         except ValueError:
             raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r}: expected ranges like '0-3' or '2'") from None
         if first > last:
@@ -111,6 +112,10 @@ def from_env(env: dict[str, str] | None = None) -> Topology:
     if num:
         cores = cores[:num]
     hbm = _int(env, "TORCH_NEURONX_SIM_HBM_BYTES", chip.hbm_bytes // per_chip)
+    inflight = _int(env, "TORCH_NEURONX_MAX_INFLIGHT_KERNELS", 256)
+    if inflight < 1:
+        raise ValueError(f"TORCH_NEURONX_MAX_INFLIGHT_KERNELS={inflight}: expected at least 1")
     return Topology(generation, config, chips, cores, hbm,
                     launch_blocking=_flag(env, "NEURON_LAUNCH_BLOCKING"),
-                    capture_stack=_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"))
+                    capture_stack=_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"),
+                    max_inflight=inflight)

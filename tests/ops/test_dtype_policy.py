@@ -1,0 +1,348 @@
+"""Dtype and tensor-kind policies of the neuron device: float64 falls back to the CPU, native dtypes run
+as device kernels, complex/sparse/nested/forward-AD are rejected with clear errors, strict fallback
+mode, cross-device checks and fallback tracking."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+
+import torch_neuronx
+from torch_neuronx.ops.lowering_table import NATIVE_DTYPES, lowering_for
+from helpers import DEVICE, assert_same, check_twice, sync
+
+# An op without a lowering (verified below): linalg.det reaches aten::_linalg_det.result.
+FALLBACK_OP = "aten::_linalg_det.result"
+
+
+def _fallback_warnings(caught):
+    return [str(w.message) for w in caught if "ran on the CPU" in str(w.message)]
+
+
+@pytest.fixture
+def strict_fallback():
+    torch_neuronx.set_strict_fallback(True)
+    try:
+        yield
+    finally:
+        torch_neuronx.set_strict_fallback(False)
+
+
+# --------------------------------------------------------------------------------------------
+# float64
+# --------------------------------------------------------------------------------------------
+
+def test_float64_lives_on_device_and_falls_back():
+    cpu = torch.randn(4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    torch_neuronx.clear_op_tracking()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dev = cpu.to(DEVICE)
+        assert dev.device == torch.device("neuron", 0) and dev.dtype == torch.float64
+        ops = {
+            "aten::add.Tensor": lambda t: t + 1.5,
+            "aten::mul.Tensor": lambda t: t * t,
+            "aten::exp": torch.exp,
+            "aten::sum.dim_IntList": lambda t: t.sum(1),
+            "aten::mm": lambda t: t @ t.t(),
+            "aten::_softmax": lambda t: torch.softmax(t, -1),
+        }
+        for name, fn in ops.items():
+            for _ in range(2):
+                assert_same(fn(cpu), fn(dev))
+                assert fn(dev).dtype == torch.float64
+        full = torch.full((3,), 2.0, dtype=torch.float64, device=DEVICE)
+        assert full.dtype == torch.float64 and full.device.type == DEVICE
+    fallbacks = torch_neuronx.get_fallback_ops()
+    executed = torch_neuronx.get_executed_ops()
+    for name in ops:
+        assert fallbacks.get(name, 0) >= 2, (name, fallbacks)
+        assert name not in executed, (name, executed)
+    messages = _fallback_warnings(caught)
+    # one warning covers every float64 operator (0 if an earlier test already triggered it: the float64 warning
+    # is not re-armed by clear_op_tracking, see test_clear_op_tracking_rearms_float64_warning)
+    assert len(messages) <= 1, messages
+    assert all("float64" in m for m in messages)
+
+
+def test_clear_op_tracking_rearms_float64_warning():
+    for _ in range(2):
+        torch_neuronx.clear_op_tracking()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.ones(3, dtype=torch.float64, device=DEVICE)
+            (x + 1).sum()
+            (x * 2).sum()
+        messages = _fallback_warnings(caught)
+        assert len(messages) == 1 and "float64" in messages[0], messages
+
+
+def test_float64_mixed_with_float32_promotes_and_falls_back():
+    a = torch.randn(3, 3)
+    b = torch.randn(3, 3, dtype=torch.float64)
+    check_twice(torch.add, a, b)
+    check_twice(lambda x: x.double() * 2, a)
+    check_twice(lambda x: x.float(), b)
+    assert "aten::add.Tensor" in torch_neuronx.get_fallback_ops()
+    # converting float32 -> float64 and back on the device is a copy, not a fallback
+    check_twice(lambda x: x.to(torch.float64).to(torch.float32), a)
+
+
+def test_float64_grad_matches_cpu():
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    dx = x.detach().to(DEVICE).requires_grad_()
+    (x.sin() * x).sum().backward()
+    (dx.sin() * dx).sum().backward()
+    assert_same(x.grad, dx.grad)
+
+
+# --------------------------------------------------------------------------------------------
+# native dtypes
+# --------------------------------------------------------------------------------------------
+
+NATIVE = [torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.uint8, torch.bool]
+
+
+def test_native_dtype_list_matches_table():
+    assert set(NATIVE) == set(NATIVE_DTYPES)
+
+
+@pytest.mark.parametrize("dtype", NATIVE, ids=str)
+def test_native_dtypes_run_natively(dtype):
+    cpu = torch.tensor([[0, 1, 2], [3, 1, 0]]).to(dtype)
+    other = torch.tensor([[1, 1, 0], [2, 0, 1]]).to(dtype)
+    ops = {
+        "aten::mul.Tensor": torch.mul,
+        "aten::eq.Tensor": torch.eq,
+        "aten::maximum": torch.maximum,
+        "aten::where.self": lambda a, b: torch.where(a > b, a, b),
+    }
+    if dtype != torch.bool:
+        ops["aten::add.Tensor"] = torch.add
+    torch_neuronx.clear_op_tracking()
+    for name, fn in ops.items():
+        check_twice(fn, cpu, other)
+    executed = torch_neuronx.get_executed_ops()
+    fallbacks = torch_neuronx.get_fallback_ops()
+    assert fallbacks == {}, fallbacks
+    for name in ops:
+        assert lowering_for(name) is not None
+        assert executed.get(name, 0) >= 2, (name, executed)
+
+
+# --------------------------------------------------------------------------------------------
+# complex / sparse / nested / forward AD
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.zeros(2, dtype=torch.complex64, device=DEVICE),
+    lambda: torch.empty(3, dtype=torch.complex128, device=DEVICE),
+    lambda: torch.zeros(2, dtype=torch.complex64).to(DEVICE),
+    lambda: torch.randn(2, 2, dtype=torch.cfloat).to(DEVICE),
+    lambda: torch.zeros(2, device=DEVICE).to(torch.complex64),
+    lambda: torch.view_as_complex(torch.zeros(2, 2, device=DEVICE)),
+], ids=["zeros", "empty128", "to", "to_randn", "to_dtype", "view_as_complex"])
+def test_complex_rejected(make):
+    with pytest.raises((TypeError, RuntimeError)) as info:
+        make()
+    message = str(info.value).lower()
+    assert "complex" in message and "cpu" in message, message
+    # the device stays usable
+    assert_same(torch.ones(2) * 2, torch.ones(2, device=DEVICE) * 2)
+
+
+def test_complex_creation_error_is_type_error():
+    with pytest.raises(TypeError, match="complex"):
+        torch.zeros(2, dtype=torch.complex64, device=DEVICE)
+    with pytest.raises(TypeError, match="complex"):
+        torch.zeros(2, dtype=torch.complex64).to(DEVICE)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.eye(3).to_sparse().to(DEVICE),
+    lambda: torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (2, 2), device=DEVICE),
+    lambda: torch.eye(3, device=DEVICE).to_sparse(),
+    lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).to(DEVICE),
+], ids=["coo_to", "coo_ctor", "to_sparse", "nested_to"])
+def test_sparse_and_nested_rejected(make):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested prototype warning
+        with pytest.raises(NotImplementedError) as info:
+            make()
+    message = str(info.value)
+    assert "sparse and nested tensors are not supported on the neuron device" in message
+    assert "to_dense" in message
+
+
+@pytest.mark.xfail(strict=True, reason="sparse compressed layouts (CSR/CSC) pass .to('neuron') unchecked: the "
+                                       "result is an unusable SparseCsr neuron tensor (to_dense/cpu() fail with "
+                                       "unrelated errors) instead of NotImplementedError")
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_sparse_compressed_rejected(layout):
+    src = torch.eye(3).to_sparse_csr() if layout == "csr" else torch.eye(3).to_sparse_csc()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NotImplementedError, match="sparse"):
+            src.to(DEVICE)
+
+
+@pytest.mark.xfail(strict=True, reason="torch.nested.nested_tensor(..., device='neuron') builds a nested "
+                                       "neuron tensor instead of raising NotImplementedError like "
+                                       ".to('neuron') does (the error only comes at the first op)")
+def test_nested_constructor_rejected():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(NotImplementedError):
+            torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], device=DEVICE)
+
+
+def test_forward_ad_rejected():
+    x = torch.randn(3, device=DEVICE)
+    with fwAD.dual_level():
+        with pytest.raises(NotImplementedError) as info:
+            fwAD.make_dual(x, torch.ones(3, device=DEVICE))
+    assert "forward-mode" in str(info.value) and "neuron" in str(info.value)
+    with pytest.raises(NotImplementedError):
+        torch.func.jvp(torch.sin, (x,), (torch.ones(3, device=DEVICE),))
+    # reverse mode still works afterwards
+    y = x.clone().requires_grad_()
+    y.sin().sum().backward()
+    assert_same(x.cpu().cos(), y.grad)
+
+
+# --------------------------------------------------------------------------------------------
+# fallback tracking and strict mode
+# --------------------------------------------------------------------------------------------
+
+def test_fallback_op_is_not_in_table_and_falls_back():
+    assert lowering_for(FALLBACK_OP) is None
+    assert lowering_for("aten::linalg_det") is None and lowering_for("aten::_linalg_det") is None
+    a = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    torch_neuronx.clear_op_tracking()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_twice(torch.linalg.det, a, atol=1e-5, rtol=1e-5)  # 3 calls: CPU + 2 device
+        torch.linalg.det(a.to(DEVICE))
+    assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 3}
+    messages = _fallback_warnings(caught)
+    assert len(messages) == 1 and FALLBACK_OP in messages[0], messages
+    # clear_op_tracking resets counts and re-arms the warning
+    torch_neuronx.clear_op_tracking()
+    assert torch_neuronx.get_fallback_ops() == {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.linalg.det(a.to(DEVICE))
+    assert len(_fallback_warnings(caught)) == 1
+    assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 1}
+
+
+def test_fallback_grad_matches_cpu():
+    a = torch.randn(3, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    da = a.detach().to(DEVICE).requires_grad_()
+    torch.linalg.det(a).backward()
+    torch.linalg.det(da).backward()
+    assert_same(a.grad, da.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_executed_ops_counts():
+    torch_neuronx.clear_op_tracking()
+    x = torch.ones(4, device=DEVICE)
+    for _ in range(5):
+        x = x * 2
+    sync()
+    assert torch_neuronx.get_executed_ops().get("aten::mul.Tensor") == 5
+    assert_same(torch.full((4,), 32.0), x)
+
+
+def test_strict_mode_raises_and_device_stays_usable(strict_fallback):
+    a = torch.randn(3, 3, device=DEVICE)
+    with pytest.raises(RuntimeError, match="STRICT_FALLBACK") as info:
+        torch.linalg.det(a)
+    assert FALLBACK_OP in str(info.value)
+    with pytest.raises(RuntimeError, match="float64"):
+        torch.ones(3, dtype=torch.float64, device=DEVICE).sum()
+    # native ops keep working in strict mode, also on the cached path
+    for _ in range(2):
+        assert_same(torch.ones(3, 3) * 3 + 1, torch.ones(3, 3, device=DEVICE) * 3 + 1)
+    torch_neuronx.set_strict_fallback(False)
+    assert_same(torch.linalg.det(a.cpu()), torch.linalg.det(a), atol=1e-5, rtol=1e-5)
+    sync()
+
+
+def test_strict_mode_from_env():
+    code = ("import torch, torch_neuronx\n"
+            "x = torch.ones(2, 2, device='neuron') * 2\n"
+            "try:\n"
+            "    torch.linalg.det(x)\n"
+            "except RuntimeError as e:\n"
+            "    print('RAISED', 'STRICT_FALLBACK' in str(e))\n"
+            "print('VALUE', (x + 1).sum().item())\n")
+    env = dict(os.environ, TORCH_NEURONX_STRICT_FALLBACK="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "RAISED True" in out.stdout and "VALUE 12.0" in out.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# cross-device checks
+# --------------------------------------------------------------------------------------------
+
+SAME_DEVICE = "Expected all tensors to be on the same device"
+
+
+@pytest.mark.parametrize("op", [
+    lambda a, b: a + b, lambda a, b: a @ b, lambda a, b: torch.cat([a, b]), lambda a, b: a.add_(b),
+    lambda a, b: torch.where(a > 0, a, b), lambda a, b: torch.index_select(a, 0, b.long().clamp(0, 1)),
+], ids=["add", "matmul", "cat", "add_", "where", "index_select"])
+@pytest.mark.parametrize("other", ["neuron:1", "cpu"])
+def test_cross_device_mixing_raises(op, other):
+    a = torch.ones(2, 2, device="neuron:0")
+    b = torch.ones(2, 2, device=other)
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        op(a, b)
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        op(b, a) if other != "cpu" else op(a.t(), b)
+    assert_same(torch.ones(2, 2) * 2, a * 2)  # device still usable
+
+
+def test_cross_device_message_names_both_devices():
+    with pytest.raises(RuntimeError) as info:
+        torch.ones(2, device="neuron:0") + torch.ones(2, device="neuron:1")
+    assert "neuron:0 and neuron:1" in str(info.value)
+
+
+def test_cpu_scalars_are_accepted():
+    a = torch.arange(4.0)
+    check_twice(lambda x: x + torch.tensor(2.0), a)
+    check_twice(lambda x: x * torch.tensor(3), a)
+    check_twice(lambda x: torch.where(x > 1, x, torch.tensor(0.5)), a)
+    check_twice(lambda x: torch.maximum(x, torch.tensor(1.5)), a)
+
+
+def test_explicit_copies_between_devices():
+    src = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    d0 = src.to(DEVICE)
+    for index in range(1, torch_neuronx.device_count()):
+        dn = d0.to(f"neuron:{index}")
+        assert dn.device == torch.device("neuron", index)
+        r = dn * 2 + 1  # computed on that core
+        assert r.device == dn.device
+        torch.testing.assert_close(r.cpu(), src * 2 + 1)
+        back = r.to("neuron:0")
+        assert back.device == torch.device("neuron", 0)
+        torch.testing.assert_close(back.cpu(), src * 2 + 1)
+        with torch.neuron.device(index):
+            t = torch.ones(2, device="neuron")
+            assert t.device == torch.device("neuron", index)
+        torch.neuron.synchronize(index)
+
+
+@pytest.mark.skipif(any(k in os.environ for k in ("NEURON_RT_VISIBLE_CORES", "TORCH_NEURONX_SIM_GENERATION",
+                                                   "NEURON_RT_NUM_CORES")),
+                    reason="custom topology")
+def test_device_count_default():
+    assert torch_neuronx.device_count() == torch.neuron.device_count() == 4

@@ -1,0 +1,249 @@
+"""Topology of the simulated NeuronCores (SPEC 1.2): environment parsing and what a process sees.
+
+The environment is read when torch_neuronx is imported, so configurations other than the
+default run in a fresh interpreter. The parser itself is also tested in-process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from torch_neuronx.runtime import topology as topo_mod
+from torch_neuronx.runtime.topology import from_env, parse_core_list
+
+GiB = 1 << 30
+_OUR_VARS = ("NEURON_", "TORCH_NEURONX_", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+
+
+def _clean_env(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_VARS)}
+    env.update(overrides)
+    return env
+
+
+def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_clean_env(**env),
+                          capture_output=True, text=True, timeout=180)
+
+
+_REPORT = """
+import json, sys
+import torch
+n = torch.neuron.device_count()
+props = [torch.neuron.get_device_properties(i) for i in range(n)]
+# every visible device is usable and has its own pool
+vals = []
+for i in range(n):
+    t = torch.arange(4).to(f"neuron:{i}") * (i + 1)
+    vals.append(t.cpu().tolist())
+print(json.dumps({
+    "count": n,
+    "accel_count": torch.accelerator.device_count(),
+    "total": [p.total_memory for p in props],
+    "mem_info_total": [torch.neuron.mem_get_info(i)[1] for i in range(n)],
+    "core": [p.core_index for p in props],
+    "chip": [p.chip_index for p in props],
+    "lnc": [p.logical_nc_config for p in props],
+    "gen": [p.chip_generation for p in props],
+    "name": torch.neuron.get_device_name(0),
+    "capability": list(torch.neuron.get_device_capability(0)),
+    "vals": vals,
+    "autoloaded": "torch_neuronx" in sys.modules,
+}))
+"""
+
+# (id, environment, expected device count, expected bytes per core, expected core indices)
+_CONFIGS = [
+    ("default", {}, 4, 24 * GiB, [0, 1, 2, 3]),
+    ("lnc1", {"NEURON_LOGICAL_NC_CONFIG": "1"}, 8, 12 * GiB, list(range(8))),
+    ("two_chips", {"TORCH_NEURONX_SIM_CHIPS": "2"}, 8, 24 * GiB, list(range(8))),
+    ("trn3", {"TORCH_NEURONX_SIM_GENERATION": "trn3"}, 4, 36 * GiB, [0, 1, 2, 3]),
+    ("visible_2", {"NEURON_RT_VISIBLE_CORES": "2"}, 1, 24 * GiB, [2]),
+    ("visible_1_3", {"NEURON_RT_VISIBLE_CORES": "1-3"}, 3, 24 * GiB, [1, 2, 3]),
+    # (also: the capacity override used for out-of-memory tests)
+    ("num_cores_2", {"NEURON_RT_NUM_CORES": "2", "TORCH_NEURONX_SIM_HBM_BYTES": str(1 << 26)},
+     2, 1 << 26, [0, 1]),
+]
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict]:
+    def one(cfg):
+        name, env, *_ = cfg
+        proc = run_py(_REPORT, **env)
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
+        return name, json.loads(proc.stdout.strip().splitlines()[-1])
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(pool.map(one, _CONFIGS))
+
+
+@pytest.mark.parametrize("name,env,count,per_core,cores", _CONFIGS, ids=[c[0] for c in _CONFIGS])
+def test_topology_from_environment(reports, name, env, count, per_core, cores):
+    r = reports[name]
+    assert r["count"] == count
+    assert r["accel_count"] == count
+    assert r["total"] == [per_core] * count
+    assert r["mem_info_total"] == [per_core] * count
+    assert r["core"] == cores
+    assert r["vals"] == [[0 * (i + 1), 1 * (i + 1), 2 * (i + 1), 3 * (i + 1)] for i in range(count)]
+    # plain `import torch` (no torch_neuronx import) autoloads the backend
+    assert r["autoloaded"], "import torch must autoload torch_neuronx"
+
+
+def test_topology_details(reports):
+    d = reports["default"]
+    assert d["lnc"] == [2] * 4 and d["gen"] == ["trn2"] * 4
+    assert d["name"] == "NeuronCore (simulated trn2, LNC=2)"
+    assert d["capability"] == [2, 0]
+    assert reports["lnc1"]["lnc"] == [1] * 8
+    assert reports["lnc1"]["name"] == "NeuronCore (simulated trn2, LNC=1)"
+    # two chips of 4 logical cores each
+    assert reports["two_chips"]["chip"] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert reports["trn3"]["gen"] == ["trn3"] * 4 and reports["trn3"]["capability"] == [3, 0]
+    # a 96 GiB trn2 chip and a 144 GiB trn3 chip are fully divided among their logical cores
+    assert sum(d["total"]) == 96 * GiB
+    assert sum(reports["trn3"]["total"]) == 144 * GiB
+    assert sum(reports["lnc1"]["total"]) == 96 * GiB
+
+
+_INVALID = [
+    ({"NEURON_LOGICAL_NC_CONFIG": "3"}, "NEURON_LOGICAL_NC_CONFIG"),
+    ({"NEURON_RT_VISIBLE_CORES": "7"}, "NEURON_RT_VISIBLE_CORES"),
+    ({"NEURON_RT_NUM_CORES": "9"}, "NEURON_RT_NUM_CORES"),
+    ({"TORCH_NEURONX_SIM_GENERATION": "trn9"}, "TORCH_NEURONX_SIM_GENERATION"),
+]
+
+
+def test_invalid_values_fail_at_import_naming_the_variable():
+    code = "import torch\nimport torch_neuronx\nprint('IMPORTED', torch.neuron.device_count())"
+
+    def one(case):
+        env, var = case
+        return env, var, run_py(code, **env)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, _INVALID))
+    for env, var, proc in results:
+        assert proc.returncode != 0, f"{env}: import succeeded: {proc.stdout}"
+        assert "IMPORTED" not in proc.stdout
+        assert var in proc.stderr, f"{env}: error does not name {var}:\n{proc.stderr[-2000:]}"
+
+
+def test_autoload_disabled_then_explicit_import():
+    code = """
+    import sys, torch
+    assert "torch_neuronx" not in sys.modules
+    try:
+        torch.ones(1).to("neuron")
+    except RuntimeError as e:
+        print("FAILED_WITHOUT_IMPORT", "neuron" in str(e))
+    else:
+        print("UNEXPECTED_SUCCESS")
+    import torch_neuronx
+    t = torch.ones(3).to("neuron") * 2
+    print("AFTER_IMPORT", t.device, t.cpu().tolist())
+    """
+    proc = run_py(code, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FAILED_WITHOUT_IMPORT True" in proc.stdout
+    assert "AFTER_IMPORT neuron:0 [2.0, 2.0, 2.0]" in proc.stdout
+
+
+# ---------------------------------------------------------------- in-process parser tests
+
+def test_from_env_defaults():
+    t = from_env({})
+    assert t.generation == "trn2" and t.logical_nc_config == 2 and t.num_chips == 1
+    assert t.visible_cores == (0, 1, 2, 3)
+    assert t.hbm_bytes_per_core == 24 * GiB
+    assert t.cores_per_chip == 4
+    assert not t.launch_blocking and not t.capture_stack
+
+
+@pytest.mark.parametrize("env,cores,hbm", [
+    ({"NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(8)), 12 * GiB),
+    ({"TORCH_NEURONX_SIM_CHIPS": "2"}, tuple(range(8)), 24 * GiB),
+    ({"TORCH_NEURONX_SIM_CHIPS": "2", "NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(16)), 12 * GiB),
+    ({"TORCH_NEURONX_SIM_GENERATION": "trn3"}, (0, 1, 2, 3), 36 * GiB),
+    ({"TORCH_NEURONX_SIM_GENERATION": " TRN3 "}, (0, 1, 2, 3), 36 * GiB),
+    ({"TORCH_NEURONX_SIM_GENERATION": "trn3", "NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(8)), 18 * GiB),
+    ({"NEURON_RT_VISIBLE_CORES": "2"}, (2,), 24 * GiB),
+    ({"NEURON_RT_VISIBLE_CORES": "1-3"}, (1, 2, 3), 24 * GiB),
+    ({"NEURON_RT_VISIBLE_CORES": "0,2-3"}, (0, 2, 3), 24 * GiB),
+    ({"NEURON_RT_VISIBLE_CORES": "1-3", "NEURON_RT_NUM_CORES": "2"}, (1, 2), 24 * GiB),
+    ({"NEURON_RT_NUM_CORES": "2"}, (0, 1), 24 * GiB),
+    ({"NEURON_RT_NUM_CORES": "0"}, (0, 1, 2, 3), 24 * GiB),
+    ({"NEURON_RT_VISIBLE_CORES": ""}, (0, 1, 2, 3), 24 * GiB),
+    ({"TORCH_NEURONX_SIM_HBM_BYTES": "1048576"}, (0, 1, 2, 3), 1 << 20),
+    ({"TORCH_NEURONX_SIM_CHIPS": "2", "NEURON_RT_VISIBLE_CORES": "6-7"}, (6, 7), 24 * GiB),
+])
+def test_from_env_configurations(env, cores, hbm):
+    t = from_env(env)
+    assert t.visible_cores == cores
+    assert t.hbm_bytes_per_core == hbm
+
+
+def test_from_env_flags():
+    t = from_env({"NEURON_LAUNCH_BLOCKING": "1", "TORCH_NEURONX_ENABLE_STACK_TRACE": "true"})
+    assert t.launch_blocking and t.capture_stack
+    t = from_env({"NEURON_LAUNCH_BLOCKING": "0", "TORCH_NEURONX_ENABLE_STACK_TRACE": "no"})
+    assert not t.launch_blocking and not t.capture_stack
+
+
+def test_from_env_reads_os_environ_by_default(monkeypatch):
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3")
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
+    assert from_env().visible_cores == (3,)
+
+
+@pytest.mark.parametrize("env,var", [
+    ({"NEURON_LOGICAL_NC_CONFIG": "4"}, "NEURON_LOGICAL_NC_CONFIG"),
+    ({"NEURON_LOGICAL_NC_CONFIG": "x"}, "NEURON_LOGICAL_NC_CONFIG"),
+    ({"TORCH_NEURONX_SIM_GENERATION": "inf2"}, "TORCH_NEURONX_SIM_GENERATION"),
+    ({"TORCH_NEURONX_SIM_CHIPS": "-1"}, "TORCH_NEURONX_SIM_CHIPS"),
+    ({"NEURON_RT_NUM_CORES": "5"}, "NEURON_RT_NUM_CORES"),
+    ({"NEURON_RT_NUM_CORES": "-1"}, "NEURON_RT_NUM_CORES"),
+    ({"NEURON_RT_VISIBLE_CORES": "2", "NEURON_RT_NUM_CORES": "2"}, "NEURON_RT_NUM_CORES"),
+    ({"NEURON_RT_VISIBLE_CORES": "4"}, "NEURON_RT_VISIBLE_CORES"),
+    ({"NEURON_RT_VISIBLE_CORES": "0-7", "NEURON_LOGICAL_NC_CONFIG": "2"}, "NEURON_RT_VISIBLE_CORES"),
+    ({"TORCH_NEURONX_SIM_HBM_BYTES": "lots"}, "TORCH_NEURONX_SIM_HBM_BYTES"),
+])
+def test_from_env_invalid(env, var):
+    with pytest.raises(ValueError, match=var):
+        from_env(env)
+
+
+def test_parse_core_list():
+    assert parse_core_list("0-3", 4) == (0, 1, 2, 3)
+    assert parse_core_list("2", 4) == (2,)
+    assert parse_core_list("0, 2-3", 4) == (0, 2, 3)
+    assert parse_core_list("3,1", 4) == (3, 1)
+    assert parse_core_list("5-7", 8) == (5, 6, 7)
+    for bad in ("3-1", "x", "-1", "0-4", "1,1", "0-2,2"):
+        with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES"):
+            parse_core_list(bad, 4)
+
+
+def test_chip_specs():
+    assert topo_mod.CHIPS["trn2"].hbm_bytes == 96 * GiB
+    assert topo_mod.CHIPS["trn3"].hbm_bytes == 144 * GiB
+    assert topo_mod.CHIPS["trn2"].physical_cores == 8
+
+
+def test_current_process_topology_matches_device_module():
+    topo = torch_neuronx_topology()
+    assert torch.neuron.device_count() == len(topo.visible_cores)
+    for i in range(torch.neuron.device_count()):
+        assert torch.neuron.get_device_properties(i).total_memory == topo.hbm_bytes_per_core
+        assert torch.neuron.get_device_properties(f"neuron:{i}").core_index == topo.visible_cores[i]
+
+
+def torch_neuronx_topology():
+    import torch_neuronx.runtime as rt
+    return rt.current_topology()
