@@ -180,11 +180,6 @@ def test_elapsed_time_requires_timing():
         a.elapsed_time(b)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torch_neuronx.Event subclasses torch.Event in Python, but torch.Event.elapsed_time checks "
-    "Py_TYPE(other) == torch.Event exactly: start.elapsed_time(end) with two torch.neuron.Event "
-    "objects raises 'expected other to be a torch.Event object' (torch_neuronx/neuron/streams.py)"))
-def test_elapsed_time_with_neuron_events():
     x = torch.randn(200, 200, device="neuron")
     start = torch.neuron.Event(enable_timing=True)
     end = torch.neuron.Event(enable_timing=True)

@@ -57,23 +57,26 @@ class Stream(torch.Stream):
         return f"<torch_neuronx.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
 
 
-class Event(torch.Event):
-    r"""A marker in a stream; with ``enable_timing=True`` it records when it was reached."""
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "neuron"
+
+
+class Event(metaclass=_EventMeta):
+    r"""A marker in a stream; with ``enable_timing=True`` it records when it was reached.
+
+    Constructing one returns a :class:`torch.Event` on the neuron device: PyTorch's event
+    methods (``elapsed_time``, ``Stream.record_event``) accept only exact ``torch.Event``
+    objects, so a subclass could not be paired with events made elsewhere.
+    ``isinstance(e, torch.neuron.Event)`` holds for every neuron event.
+    """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                device: Any = None) -> "Event":
+                device: Any = None) -> torch.Event:  # type: ignore[misc]
         if interprocess:
             raise NotImplementedError("Event(interprocess=True) is not supported on neuron")
-        return super().__new__(cls, device="neuron" if device is None else device,
-                               enable_timing=enable_timing, blocking=blocking)
-
-    def record(self, stream: torch.Stream | None = None) -> None:
-        r"""Record the event on ``stream`` (default: the current stream)."""
-        super().record(current_stream() if stream is None else stream)
-
-    def wait(self, stream: torch.Stream | None = None) -> None:
-        r"""Make ``stream`` (default: the current stream) wait for this event."""
-        super().wait(current_stream() if stream is None else stream)
+        return torch.Event(device="neuron" if device is None else device,
+                           enable_timing=enable_timing, blocking=blocking)
 
 
 def _wrap(stream: torch.Stream) -> Stream:
