@@ -55,8 +55,15 @@ def small_ops(device: torch.device) -> dict[str, Callable[[], object]]:
     }
 
 
+def settle() -> None:
+    """Pause so the OpenMP threads of the side measured last stop spinning: on 2 cores the
+    device's worker team and the host's team would otherwise slow each other down."""
+    time.sleep(0.05)
+
+
 def time_op(op: Callable[[], object], device: torch.device, launches: int, repeats: int) -> float:
     """Median seconds per launch of ``op`` (each repeat: ``launches`` launches + one sync)."""
+    settle()
     for _ in range(max(launches // 10, 5)):
         op()
     synchronize(device)
@@ -72,6 +79,7 @@ def time_op(op: Callable[[], object], device: torch.device, launches: int, repea
 
 def time_train_step(device: torch.device, warmup: int, steps: int) -> float:
     """Median seconds per synchronized TinyGPT training step on ``device``."""
+    settle()
     config = GPTConfig()
     torch.manual_seed(0)
     model = TinyGPT(config).to(device)
@@ -102,7 +110,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
     args = parser.parse_args()
     device, cpu = torch.device(args.device), torch.device("cpu")
-    launches, repeats = (50, 3) if args.quick else (200, 7)
+    launches, repeats = (50, 3) if args.quick else (200, 15)
     warmup_steps, train_steps = (2, 5) if args.quick else (5, 20)
     name = args.device
 
@@ -130,7 +138,7 @@ def main() -> None:
           f"ratio {step_ratio:.2f}x (target <= {TRAIN_STEP_TARGET:g}x)")
 
     print(f"\nSUMMARY {name}/cpu: small ops geomean {geomean:.2f}x (max {worst:.2f}x), "
-          f"target <= {SMALL_OP_TARGET:g}x: {verdict(geomean, SMALL_OP_TARGET)}; "
+          f"target <= {SMALL_OP_TARGET:g}x for every op: {verdict(worst, SMALL_OP_TARGET)}; "
           f"training step {step_ratio:.2f}x, target <= {TRAIN_STEP_TARGET:g}x: "
           f"{verdict(step_ratio, TRAIN_STEP_TARGET)}")
 

@@ -56,6 +56,7 @@ void HardwareQueue::drain_retired() {
 uint64_t HardwareQueue::push(int stream, Item item) {
   drain_retired();
   uint64_t seq;
+  bool wake;
   {
     std::unique_lock<std::mutex> lock(mu_);
     // Like a hardware launch queue, the queue has a depth: the host blocks when it runs too
@@ -70,8 +71,10 @@ uint64_t HardwareQueue::push(int stream, Item item) {
     s.items.push_back(std::move(item));
     s.enqueued++;
     pending_++;
+    wake = sleeping_;
+    generation_++;
   }
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return seq;
 }
 
@@ -153,7 +156,19 @@ void HardwareQueue::run() {
     int stream;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || pick_locked() >= 0; });
+      if (!stop_ && pick_locked() < 0) {
+        // A launching thread usually sends the next kernel within microseconds: watch for it
+        // briefly before sleeping, so launches need not wake the worker through the kernel.
+        const uint64_t seen = generation_;
+        lock.unlock();
+        const Nanos until = now_ns() + kSpinNs;
+        while (generation_.load(std::memory_order_acquire) == seen && now_ns() < until)
+          std::this_thread::yield();
+        lock.lock();
+        sleeping_ = true;
+        work_cv_.wait(lock, [&] { return stop_ || pick_locked() >= 0; });
+        sleeping_ = false;
+      }
       if (stop_) return;
       stream = pick_locked();
       item = std::move(streams_[stream].items.front());
@@ -188,7 +203,10 @@ void HardwareQueue::run() {
 }
 
 void HardwareQueue::notify() {
-  { std::lock_guard<std::mutex> lock(mu_); }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_++;
+  }
   work_cv_.notify_one();
 }
 

@@ -109,6 +109,9 @@ class HardwareQueue {
   const size_t max_inflight_;
   size_t pending_ = 0;
   bool stop_ = false;
+  bool sleeping_ = false;                 // the worker waits on work_cv_
+  std::atomic<uint64_t> generation_{0};   // bumped by every launch and wake-up
+  static constexpr Nanos kSpinNs = 50'000;
   int waiters_ = 0;
   std::atomic<uint64_t> executed_{0};
 
