@@ -33,8 +33,9 @@ MIB = 1024 * 1024
 
 def train(
     device: torch.device, batches: list[tuple[torch.Tensor, torch.Tensor]], lr: float
-) -> tuple[list[float], list[float], dict[str, torch.Tensor]]:
-    """Train a fresh TinyGPT on ``device``; return losses, seconds per step and final weights.
+) -> tuple[list[float], list[float], dict[str, torch.Tensor], int]:
+    """Train a fresh TinyGPT on ``device``; return losses, seconds per step, final weights and
+    the device memory in use at the end (model, gradients and optimizer state).
 
     This is the plain PyTorch training loop (the one ``torch_neuronx.testing.parity.train``
     runs), written out here with per-step timing.
@@ -54,7 +55,8 @@ def train(
         step_times.append(time.perf_counter() - start)
 
     weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    return losses, step_times, weights
+    in_use = torch.neuron.memory_allocated() if device.type == "neuron" else 0
+    return losses, step_times, weights, in_use
 
 
 def print_losses(device: str, losses: list[float], reference: list[float]) -> float:
@@ -83,10 +85,10 @@ def print_op_tracking() -> None:
         print("  (none)")
 
 
-def print_memory() -> None:
+def print_memory(in_use: int) -> None:
     """Print allocator statistics of the current neuron device."""
     print("\nDevice memory (current neuron device):")
-    print(f"  allocated now      {torch.neuron.memory_allocated() / MIB:10.2f} MiB")
+    print(f"  in use after training {in_use / MIB:7.2f} MiB (weights, gradients, AdamW state)")
     print(f"  peak allocated     {torch.neuron.max_memory_allocated() / MIB:10.2f} MiB")
     print(f"  reserved (cached)  {torch.neuron.memory_reserved() / MIB:10.2f} MiB")
     stats = torch.neuron.memory_stats()
@@ -128,14 +130,14 @@ def main() -> int:
     if on_neuron:
         torch_neuronx.clear_op_tracking()
         torch.neuron.reset_peak_memory_stats()
-    losses, times, weights = train(device, batches, args.lr)
-    cpu_losses, cpu_times, cpu_weights = train(torch.device("cpu"), batches, args.lr)
+    losses, times, weights, in_use = train(device, batches, args.lr)
+    cpu_losses, cpu_times, cpu_weights, _ = train(torch.device("cpu"), batches, args.lr)
 
     max_loss_diff = print_losses(args.device, losses, cpu_losses)
     weight_diff = max_rel_diff_state(weights, cpu_weights)
     if on_neuron:
         print_op_tracking()
-        print_memory()
+        print_memory(in_use)
     print_step_times(args.device, times, cpu_times)
 
     ok = max_loss_diff <= LOSS_TOLERANCE

@@ -40,11 +40,6 @@ int HardwareQueue::stream_priority(int stream) const {
   return streams_.at(stream).priority;
 }
 
-int HardwareQueue::num_streams() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(streams_.size());
-}
-
 void HardwareQueue::drain_retired() {
   std::vector<std::function<void()>> retired;
   {
@@ -180,7 +175,6 @@ void HardwareQueue::run() {
       } catch (...) {
         store_error(item, std::current_exception());
       }
-      executed_++;
     }
     if (item.record_event) {
       item.record_event->timestamp = now_ns();
@@ -268,11 +262,6 @@ void HardwareQueue::raise_pending_error() {
     error.swap(error_);
   }
   if (error) throw std::runtime_error(*error);
-}
-
-bool HardwareQueue::has_pending_error() const {
-  std::lock_guard<std::mutex> lock(error_mu_);
-  return error_.has_value();
 }
 
 }  // namespace neuron_rt

@@ -52,7 +52,6 @@ class HardwareQueue {
 
   int create_stream(int priority);
   int stream_priority(int stream) const;
-  int num_streams() const;
 
   // Enqueue a kernel; returns its sequence number. When `capture` is set, an exception
   // thrown by the kernel goes there instead of the deferred-error slot.
@@ -69,11 +68,9 @@ class HardwareQueue {
 
   // Re-raise (and clear) the earliest stored kernel error, if any.
   void raise_pending_error();
-  bool has_pending_error() const;
 
   // Wakes the worker when an event of another core completes (cross-core waits).
   void notify();
-  uint64_t kernels_executed() const { return executed_.load(); }
   // Destroy the bodies of executed kernels (and what they captured) on the calling thread.
   void drain_retired();
 
@@ -113,7 +110,6 @@ class HardwareQueue {
   std::atomic<uint64_t> generation_{0};   // bumped by every launch and wake-up
   static constexpr Nanos kSpinNs = 50'000;
   int waiters_ = 0;
-  std::atomic<uint64_t> executed_{0};
 
   mutable std::mutex error_mu_;
   std::optional<std::string> error_;

@@ -72,9 +72,4 @@ void Runtime::notify_all_queues() {
     if (Core* core = slot.load()) core->queue.notify();
 }
 
-void Runtime::synchronize_all() {
-  for (auto& slot : cores_)
-    if (Core* core = slot.load()) core->queue.synchronize();
-}
-
 }  // namespace neuron_rt

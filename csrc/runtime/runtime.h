@@ -48,7 +48,6 @@ class Runtime {
   void check_index(int index) const;
 
   void notify_all_queues();
-  void synchronize_all();
 
  private:
   Runtime();

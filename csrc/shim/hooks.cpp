@@ -19,6 +19,11 @@ namespace {
 // host memory directly. Track the pointers so `is_pinned()` is truthful.
 class PinnedAllocator final : public c10::Allocator {
  public:
+  static PinnedAllocator& instance() {
+    static auto* allocator = new PinnedAllocator();
+    return *allocator;
+  }
+
   c10::DataPtr allocate(size_t n) override {
     auto ptr = c10::GetCPUAllocator()->allocate(n);
     void* data = ptr.get();
@@ -26,8 +31,7 @@ class PinnedAllocator final : public c10::Allocator {
       std::lock_guard<std::mutex> lock(mu_);
       pinned_.insert(data);
     }
-    auto* ctx = new c10::DataPtr(std::move(ptr));
-    return {data, ctx, &PinnedAllocator::release, c10::Device(c10::kCPU)};
+    return {data, new c10::DataPtr(std::move(ptr)), &PinnedAllocator::release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -47,13 +51,7 @@ class PinnedAllocator final : public c10::Allocator {
     }
     delete ptr;
   }
- public:
-  static PinnedAllocator& instance() {
-    static PinnedAllocator* a = new PinnedAllocator();
-    return *a;
-  }
 
- private:
   std::mutex mu_;
   std::unordered_set<const void*> pinned_;
 };

@@ -46,8 +46,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_current_device", [] { return current_device(); });
   m.def("_set_device", [](int device) { set_current_device(device); });
   m.def("_synchronize", [](int device) { synchronize_device(device); }, nogil);
-  m.def("_launch_blocking", [&rt] { return rt.topology().launch_blocking; });
-  m.def("_kernels_executed", [](int device) { return core(device).queue.kernels_executed(); });
 
   m.def("_hbm_capacity", [](int device) { return core(device).pool.capacity(); });
   m.def("_set_hbm_capacity", [](int device, size_t bytes) { core(device).pool.set_capacity(bytes); });

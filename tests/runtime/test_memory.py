@@ -387,3 +387,16 @@ def test_queue_depth_bounds_memory_held_by_queued_kernels():
     torch.neuron.empty_cache()
     depth = torch_neuronx.runtime.current_topology().max_inflight
     assert peak <= (depth + 8) * MiB, f"peak {peak / MiB:.0f} MiB for 600 dropped 1 MiB results"
+
+
+def test_pinned_host_memory_and_non_blocking_copies():
+    x = torch.randn(64, 8)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and not x.is_pinned()
+    assert torch.equal(pinned, x)
+    on_device = pinned.to("neuron", non_blocking=True)
+    back = on_device.to("cpu", non_blocking=True)
+    torch.neuron.synchronize()
+    assert torch.equal(back, x)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=16, pin_memory=True)
+    assert all(batch.is_pinned() for (batch,) in loader)

@@ -14,7 +14,7 @@ mode "async": output metadata depends only on input metadata and non-Scalar-valu
   arguments; after the first (synchronous) call of a signature the op is queued on
   the worker thread with cached output layouts.
 mode "sync": data-dependent output shape (nonzero, unique, masked_select, ...), an
-  output shape read from Scalar values (arange/range), or a non-Tensor result; the
+  or a non-Tensor result; the
   op always runs synchronously.
 out_overload: the out= overload of the same packet with the functional overload's
   arguments (same names and types, same order) plus kwarg-only '!' outputs matching
@@ -25,10 +25,10 @@ foreach and fused, GradScaler, clip_grad_norm_) and common tensor code reach at 
 backend key on torch 2.13.0, plus the elementwise/reduction/comparison/nn
 families around them, each with its in-place and out= overloads. Only ops with a
 CPU kernel are listed, except _foreach_*/_fused_*/_amp_* ops, which are listed so
-one device kernel handles the whole tensor list. Note: convolution on a PrivateUse1
-device reaches aten::convolution_overrideable / convolution_backward_overrideable,
-which have no CPU kernel (their composite default throws): they need a dedicated
-C++ kernel that runs aten::convolution / aten::convolution_backward on the aliases.
+one device kernel handles the whole tensor list. Convolution on a PrivateUse1 device
+reaches aten::convolution_overrideable / convolution_backward_overrideable, which have
+no CPU kernel: the shim runs them through host substitutes (aten::convolution /
+aten::convolution_backward), as it runs native_dropout with the core's generator.
 """
 from dataclasses import dataclass
 
