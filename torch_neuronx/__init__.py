@@ -44,5 +44,13 @@ __all__ = [
     "Stream", "Event", "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
     "set_strict_fallback", "synchronize", "device_count", "current_device", "set_device",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "memory_stats", "memory_summary", "reset_peak_memory_stats", "empty_cache",
+    "memory_stats", "memory_summary", "reset_peak_memory_stats", "empty_cache", "nki_op",
 ]
+
+
+def __getattr__(name: str):
+    # nki_op belongs to the kernel-language layer above this package; import it on first use.
+    if name == "nki_op":
+        from nki.custom_op import nki_op
+        return nki_op
+    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")

@@ -31,6 +31,34 @@ void configure(const std::string& generation, int logical_nc_config, int num_chi
   set_capture_stack(capture_stack);
 }
 
+// A Python callable owned by a queued kernel. Kernels are destroyed by whichever thread drains
+// the queue, holding the interpreter lock or not, so the release takes it.
+struct PyCallable {
+  explicit PyCallable(py::object f) : fn(std::move(f)) {}
+  ~PyCallable() {
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+  }
+  py::object fn;
+};
+
+// Runs a Python function as a kernel on the current stream of `device` (kernel-language
+// kernels). Its exception becomes the kernel's error: deferred, or raised here when `wait`.
+void launch_python_kernel(int device, py::object fn, const std::string& name, bool wait) {
+  auto callable = std::make_shared<PyCallable>(std::move(fn));
+  auto body = [callable] {
+    py::gil_scoped_acquire gil;
+    try {
+      callable->fn();
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());
+    }
+  };
+  py::gil_scoped_release nogil;
+  if (wait) launch_and_wait(static_cast<c10::DeviceIndex>(device), std::move(body), name);
+  else launch(static_cast<c10::DeviceIndex>(device), std::move(body), name);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -58,6 +86,8 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(device)));
   });
 
+  m.def("_launch_python_kernel", &launch_python_kernel);
+  m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   m.def("_register_native_op", &register_native_op);
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);

@@ -196,6 +196,11 @@ def test_from_env_flags():
     assert not t.launch_blocking and not t.capture_stack
 
 
+def test_from_env_queue_depth():
+    assert from_env({}).max_inflight == 256
+    assert from_env({"TORCH_NEURONX_MAX_INFLIGHT_KERNELS": "8"}).max_inflight == 8
+
+
 def test_from_env_reads_os_environ_by_default(monkeypatch):
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3")
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
@@ -213,6 +218,7 @@ def test_from_env_reads_os_environ_by_default(monkeypatch):
     ({"NEURON_RT_VISIBLE_CORES": "4"}, "NEURON_RT_VISIBLE_CORES"),
     ({"NEURON_RT_VISIBLE_CORES": "0-7", "NEURON_LOGICAL_NC_CONFIG": "2"}, "NEURON_RT_VISIBLE_CORES"),
     ({"TORCH_NEURONX_SIM_HBM_BYTES": "lots"}, "TORCH_NEURONX_SIM_HBM_BYTES"),
+    ({"TORCH_NEURONX_MAX_INFLIGHT_KERNELS": "0"}, "TORCH_NEURONX_MAX_INFLIGHT_KERNELS"),
 ])
 def test_from_env_invalid(env, var):
     with pytest.raises(ValueError, match=var):
@@ -225,7 +231,7 @@ def test_parse_core_list():
     assert parse_core_list("0, 2-3", 4) == (0, 2, 3)
     assert parse_core_list("3,1", 4) == (3, 1)
     assert parse_core_list("5-7", 8) == (5, 6, 7)
-    for bad in ("3-1", "x", "-1", "0-4", "1,1", "0-2,2"):
+    for bad in ("3-1", "x", "-1", "0-4", "1,1", "0-2,2", "1-"):
         with pytest.raises(ValueError, match="NEURON_RT_VISIBLE_CORES"):
             parse_core_list(bad, 4)
 

@@ -1,0 +1,197 @@
+"""Kernel-language kernels on the neuron device (the layer above torch_neuronx).
+
+Calling an ``@nki.jit`` kernel with neuron tensors launches it on the current stream of their
+core: on the core's worker it runs the kernel simulator on NumPy views of device memory. Like an
+eager operator, the first launch of a signature (kernel, grid, argument shapes/strides/dtypes)
+waits, so the kernel's result structure (which arguments it returns, or the shape and dtype of
+HBM tensors it allocates and returns) is known; later launches return at once, and errors
+surface at the next synchronization point, naming the kernel and its source line.
+"""
+from __future__ import annotations
+
+import contextvars
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+from torch_neuronx import _C
+
+from . import runtime, simulator
+
+# Storages (data pointers) the kernels of the running nki_op must not write: its inputs.
+read_only_storages: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "read_only_storages", default=frozenset())
+
+_NUMPY_VIEW = {  # dtypes NumPy lacks: reinterpret the bytes with ml_dtypes
+    torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
+    torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
+}
+_TORCH_DTYPE = {np.dtype(np_dtype): torch_dtype for torch_dtype, (_, np_dtype) in _NUMPY_VIEW.items()}
+
+
+def numpy_view(host: torch.Tensor, writable: bool) -> np.ndarray:
+    """A NumPy array over the same bytes as a CPU tensor."""
+    if host.dtype in _NUMPY_VIEW:
+        carrier, np_dtype = _NUMPY_VIEW[host.dtype]
+        array = host.view(carrier).numpy().view(np_dtype)
+    else:
+        array = host.numpy()
+    if not writable:
+        array.flags.writeable = False
+    return array
+
+
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """The torch dtype of a NumPy (or ml_dtypes) dtype."""
+    dtype = np.dtype(dtype)
+    return _TORCH_DTYPE.get(dtype) or getattr(torch, dtype.name)
+
+
+@dataclass(frozen=True)
+class _Result:
+    """Where each array the kernel returns comes from: an argument, or a new HBM tensor."""
+
+    kind: str  # "arg", "new", "none", "value"
+    index: int = -1
+    shape: tuple[int, ...] = ()
+    dtype: torch.dtype | None = None
+    value: Any = None
+
+
+_results: dict[tuple, tuple[_Result, ...] | _Result] = {}
+_results_lock = threading.Lock()
+
+
+def _sizes(values: Any) -> tuple[int, ...]:
+    # Fake tensors under dynamic shapes carry SymInts: their example values stand for them.
+    return tuple(optimization_hint(v) for v in values)
+
+
+def _signature(kernel: Any, flat: list[Any], grid: tuple[int, ...]) -> tuple:
+    parts: list[Any] = [id(kernel), grid]
+    for a in flat:
+        if isinstance(a, torch.Tensor):
+            parts.append((a.dtype, _sizes(a.shape), _sizes(a.stride())))
+        else:
+            parts.append(repr(a))
+    return tuple(parts)
+
+
+def _describe(result: Any, arrays: list[np.ndarray | None]) -> Any:
+    """Record the structure of a kernel's return value."""
+    if isinstance(result, (tuple, list)):
+        return tuple(_describe(r, arrays) for r in result)
+    if result is None:
+        return _Result("none")
+    if isinstance(result, np.ndarray):
+        for i, a in enumerate(arrays):
+            if a is not None and result is a:
+                return _Result("arg", index=i)
+        return _Result("new", shape=tuple(result.shape), dtype=torch_dtype(result.dtype))
+    return _Result("value", value=result)
+
+
+def _materialize(spec: Any, tensors: list[Any], device: torch.device) -> Any:
+    """The torch result of a launch: arguments, or new device tensors to be filled."""
+    if isinstance(spec, tuple):
+        return tuple(_materialize(s, tensors, device) for s in spec)
+    if spec.kind == "arg":
+        return tensors[spec.index]
+    if spec.kind == "new":
+        return torch.empty(spec.shape, dtype=spec.dtype, device=device)
+    return spec.value if spec.kind == "value" else None
+
+
+def _fill(result: Any, outputs: Any) -> None:
+    """Copy the new HBM arrays a kernel returned into their device tensors (on the worker)."""
+    if isinstance(result, (tuple, list)):
+        for r, o in zip(result, outputs):
+            _fill(r, o)
+    elif isinstance(result, np.ndarray) and isinstance(outputs, torch.Tensor):
+        target = numpy_view(_C._host_alias(outputs), writable=True)
+        if target is not result:
+            np.copyto(target, result, casting="unsafe")
+
+
+def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any:
+    """``nki.runtime.device_launcher``: run ``kernel`` on the core of its neuron tensors."""
+    names = list(kwargs)
+    flat = [*args, *kwargs.values()]
+    tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+    devices = {t.device for t in tensors}
+    if len(devices) != 1 or next(iter(devices)).type != "neuron":
+        raise RuntimeError(f"nki kernel '{kernel.__name__}': all tensor arguments must be on one neuron "
+                           f"device (got {sorted(map(str, devices))}); move them with .to('neuron')")
+    device = next(iter(devices))
+    key = _signature(kernel, flat, grid)
+    with _results_lock:
+        spec = _results.get(key)
+
+    read_only = read_only_storages.get()
+    hosts = [_C._host_alias(a) if isinstance(a, torch.Tensor) else None for a in flat]
+    writable = [isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() not in read_only
+                for a in flat]
+    outputs = None if spec is None else _materialize(spec, flat, device)
+    recorded: list[Any] = []
+
+    def body() -> None:
+        views = [numpy_view(h, w) if h is not None else a for h, w, a in zip(hosts, writable, flat)]
+        positional, named = views[:len(args)], dict(zip(names, views[len(args):]))
+        result, _report = simulator.run(kernel, positional, named, grid)
+        if outputs is None:
+            recorded.append(_describe(result, [v if isinstance(v, np.ndarray) else None for v in views]))
+            recorded.append(result)
+        else:
+            _fill(result, outputs)
+
+    name = f"nki:{kernel.__name__}"
+    index = device.index if device.index is not None else torch.neuron.current_device()
+    if outputs is not None:
+        _C._launch_python_kernel(index, body, name, False)
+        return outputs
+    _C._launch_python_kernel(index, body, name, True)
+    spec, result = recorded
+    with _results_lock:
+        _results[key] = spec
+    outputs = _materialize(spec, flat, device)
+    _fill(result, outputs)  # fresh tensors no queued kernel knows of: safe to write from here
+    return outputs
+
+
+def fake_launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any:
+    """A kernel call on fake or meta tensors (fake implementations, tracing): results of the
+    right shapes, dtypes and aliasing, without running anything."""
+    flat = [*args, *kwargs.values()]
+    device = next(a.device for a in flat if isinstance(a, torch.Tensor))
+    with _results_lock:
+        spec = _results.get(_signature(kernel, flat, grid))
+    if spec is None:  # learn the result structure from a simulation on zeros
+        spec = _simulate_on_zeros(kernel, flat, list(kwargs), grid)
+    return _materialize(spec, flat, device)
+
+
+def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tuple[int, ...]) -> Any:
+    """Result structure of a kernel, found by simulating it on zero-filled arguments."""
+    views = [np.zeros(_sizes(a.shape), dtype=_numpy_dtype(a.dtype)) if isinstance(a, torch.Tensor) else a
+             for a in flat]
+    n_positional = len(flat) - len(names)
+    result, _ = simulator.run(kernel, views[:n_positional], dict(zip(names, views[n_positional:])), grid)
+    spec = _describe(result, [v if isinstance(v, np.ndarray) else None for v in views])
+    with _results_lock:
+        _results[_signature(kernel, flat, grid)] = spec
+    return spec
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype in _NUMPY_VIEW:
+        return np.dtype(_NUMPY_VIEW[dtype][1])
+    return np.dtype(str(dtype).removeprefix("torch."))  # no tensor: this may run under fake mode
+
+
+runtime.device_launcher = launch  # importing this module makes neuron tensors run on the device

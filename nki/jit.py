@@ -1,0 +1,152 @@
+"""`@nki.jit` kernels, SPMD launch grids and `nki.simulate`."""
+from __future__ import annotations
+
+import functools
+from importlib import import_module
+import sys
+from typing import Any, Callable
+
+import ml_dtypes
+import numpy as np
+
+from . import runtime
+from .simulator import engine
+
+_TORCH_TO_ML = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+                "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+class Kernel:
+    """A kernel function; call it (or `kernel[grid](...)`) to run it.
+
+    CPU torch tensors and numpy arrays run on the simulator, in place; if any argument is a torch
+    tensor on another device the call is delegated to `nki.runtime.device_launcher`.
+    """
+
+    def __init__(self, func: Callable[..., Any], **options: Any) -> None:
+        self.func = func
+        self.options = options  # simulator options: fp32_compute, hardware
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _launch(self, args, kwargs, ())
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        grid = engine.normalize_grid(grid)
+        return lambda *args, **kwargs: _launch(self, args, kwargs, grid)
+
+    def __repr__(self) -> str:
+        return f"<nki.jit kernel {self.func.__qualname__}>"
+
+
+def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """Decorator: `@nki.jit` or `@nki.jit(fp32_compute=True)`; unknown published-NKI options
+    (mode=..., platform_target=...) are accepted and ignored."""
+    sim_options = {k: v for k, v in options.items() if k in ("fp32_compute", "hardware")}
+    if func is None:
+        return lambda f: Kernel(f, **sim_options)
+    return Kernel(func, **sim_options)
+
+
+class _Simulated:
+    def __init__(self, kernel: Any, grid: tuple[int, ...], options: dict[str, Any]) -> None:
+        self.kernel, self.grid, self.options = kernel, grid, options
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        np_args = [_to_numpy(a) for a in args]
+        np_kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
+        result, _ = engine.run(self.kernel, np_args, np_kwargs, self.grid, **self.options)
+        return result
+
+    def __getitem__(self, grid: Any) -> _Simulated:
+        return _Simulated(self.kernel, engine.normalize_grid(grid), self.options)
+
+
+def simulate(kernel: Any, *, fp32_compute: bool = False, hardware: str = "trn2") -> _Simulated:
+    """`nki.simulate(kernel)(*args)`: run on the simulator (numpy arrays / CPU tensors, in place)
+    and return the kernel's return value as numpy arrays. `fp32_compute=True` keeps on-chip tiles
+    in fp32 (faster) and rounds only when storing to HBM. The RunReport is
+    `nki.simulator.last_report()`."""
+    return _Simulated(kernel, (), {"fp32_compute": fp32_compute, "hardware": hardware})
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """Published-NKI spelling: `nki.simulate_kernel(kernel, *args)`."""
+    return simulate(kernel)(*args, **kwargs)
+
+
+def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any:
+    if _has_fake_tensor(list(args) + list(kwargs.values())):  # tracing (fake impls, compile)
+        return import_module("nki.device").fake_launch(kernel, args, kwargs, grid)
+    device = _foreign_device(list(args) + list(kwargs.values()))
+    if device is not None:
+        if runtime.device_launcher is None and str(device).startswith("neuron"):
+            import_module("nki.device")  # registers the neuron launcher
+        launcher = runtime.device_launcher
+        if launcher is None:
+            raise RuntimeError(f"kernel called with {device} tensors but no device backend is "
+                               f"registered (import torch_neuronx)")
+        return launcher(kernel, args, kwargs, grid)
+    np_args = [_to_numpy(a) for a in args]
+    np_kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
+    result, _ = engine.run(kernel, np_args, np_kwargs, grid, **kernel.options)
+    originals = {id(n): a for n, a in zip(np_args + list(np_kwargs.values()),
+                                          list(args) + list(kwargs.values())) if n is not a}
+    return _to_torch(result, originals) if originals else result
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _has_fake_tensor(values: list) -> bool:
+    torch = _torch()
+    if torch is None:
+        return False
+    from torch._subclasses.fake_tensor import is_fake  # also sees fakes inside functional wrappers
+    return any(isinstance(v, torch.Tensor) and (v.device.type == "meta" or is_fake(v)) for v in values)
+
+
+def _foreign_device(values: list) -> str | None:
+    torch = _torch()
+    if torch is None:
+        return None
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            found = _foreign_device(list(v))
+            if found:
+                return found
+        elif isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return str(v.device)
+    return None
+
+
+def _to_numpy(value: Any) -> Any:
+    """CPU torch tensors -> numpy arrays sharing memory (bf16/fp8 reinterpreted via ml_dtypes)."""
+    torch = _torch()
+    if torch is None or not isinstance(value, (torch.Tensor, list, tuple)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_numpy(v) for v in value)
+    t = value.detach()
+    name = str(t.dtype).replace("torch.", "")
+    if name in _TORCH_TO_ML:
+        carrier = torch.int16 if t.element_size() == 2 else torch.uint8
+        return t.view(carrier).numpy().view(_TORCH_TO_ML[name])
+    return t.numpy()
+
+
+def _to_torch(value: Any, originals: dict[int, Any]) -> Any:
+    """Map results back: argument arrays to the caller's tensors, new arrays to CPU tensors."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_torch(v, originals) for v in value)
+    if not isinstance(value, np.ndarray):
+        return value
+    if id(value) in originals:
+        return originals[id(value)]
+    torch = _torch()
+    for name, ml in _TORCH_TO_ML.items():
+        if value.dtype == np.dtype(ml):
+            carrier = np.int16 if value.dtype.itemsize == 2 else np.uint8
+            return torch.from_numpy(value.view(carrier)).view(getattr(torch, name))
+    return torch.from_numpy(value)

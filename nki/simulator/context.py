@@ -1,0 +1,107 @@
+"""Per-thread state of the kernel run in progress (the simulator keeps no other mutable state)."""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..errors import NKIError, source_location
+from .cost_model import HardwareConfig
+from .report import InstructionRecord, RunReport
+
+_local = threading.local()
+
+
+class RunContext:
+    """One `run()` call: grid position, on-chip allocation accounting and the report."""
+
+    def __init__(self, kernel_name: str, config: HardwareConfig, grid: tuple[int, ...],
+                 fp32_compute: bool) -> None:
+        self.config = config
+        self.grid = grid
+        self.fp32_compute = fp32_compute
+        self.program_id: tuple[int, ...] = tuple(0 for _ in grid)
+        self.report = RunReport(kernel_name, grid, config)
+        self.sbuf_bytes = 0
+        self.psum_banks = 0
+        # shared_hbm tensors are shared by all SPMD programs: the n-th allocation of every
+        # program returns the same tensor.
+        self._shared_hbm: list[Any] = []
+        self._shared_hbm_next = 0
+
+    def begin_program(self, program_id: tuple[int, ...]) -> None:
+        self.program_id = program_id
+        self._shared_hbm_next = 0
+
+    def shared_hbm(self, make: Any) -> Any:
+        if self._shared_hbm_next == len(self._shared_hbm):
+            self._shared_hbm.append(make())
+        tensor = self._shared_hbm[self._shared_hbm_next]
+        self._shared_hbm_next += 1
+        return tensor
+
+    def allocate(self, tile: Any, buffer: str, bytes_per_partition: int) -> None:
+        """Account an on-chip tile until it is garbage collected (tiles are live while referenced)."""
+        cfg = self.config
+        if buffer == "sbuf":
+            if self.sbuf_bytes + bytes_per_partition > cfg.sbuf_bytes_per_partition:
+                raise NKIError("sbuf-capacity", f"SBUF allocation of {bytes_per_partition} "
+                               f"bytes/partition (tile {tuple(tile.shape)} {tile.dtype}) exceeds the "
+                               f"{cfg.sbuf_bytes_per_partition} bytes/partition of {cfg.name}: "
+                               f"{self.sbuf_bytes} bytes/partition are held by live tiles",
+                               source_location())
+            self.sbuf_bytes += bytes_per_partition
+            self.report.peak_sbuf_bytes_per_partition = max(
+                self.report.peak_sbuf_bytes_per_partition, self.sbuf_bytes)
+            weakref.finalize(tile, self._release_sbuf, bytes_per_partition)
+        else:
+            banks = -(-bytes_per_partition // cfg.psum_bank_bytes)
+            if self.psum_banks + banks > cfg.psum_banks:
+                raise NKIError("psum-capacity", f"PSUM allocation of {bytes_per_partition} "
+                               f"bytes/partition ({banks} bank(s) of {cfg.psum_bank_bytes} B, tile "
+                               f"{tuple(tile.shape)} {tile.dtype}) exceeds PSUM: {self.psum_banks} of "
+                               f"{cfg.psum_banks} banks are held by live tiles "
+                               f"({cfg.psum_bytes_per_partition} B/partition)", source_location())
+            self.psum_banks += banks
+            self.report.peak_psum_banks = max(self.report.peak_psum_banks, self.psum_banks)
+            weakref.finalize(tile, self._release_psum, banks)
+
+    def _release_sbuf(self, nbytes: int) -> None:
+        self.sbuf_bytes -= nbytes
+
+    def _release_psum(self, banks: int) -> None:
+        self.psum_banks -= banks
+
+    def record(self, engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
+               seconds: float, flops: int = 0, dma_bytes: int = 0) -> None:
+        self.report.add(InstructionRecord(
+            engine=engine, opcode=opcode, shape=tuple(int(s) for s in shape), dtype=str(dtype),
+            flops=int(flops), dma_bytes=int(dma_bytes), seconds=seconds,
+            cycles=seconds * self.config.clock_hz, location=source_location(),
+            program_id=self.program_id))
+
+
+def current() -> RunContext:
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        raise NKIError("no-kernel-run", "nki.language / nki.isa calls only work inside a kernel "
+                       "run: call the @nki.jit kernel or nki.simulate(kernel)(...)")
+    return ctx
+
+
+def push(ctx: RunContext) -> RunContext | None:
+    previous = getattr(_local, "ctx", None)
+    _local.ctx = ctx
+    return previous
+
+
+def pop(ctx: RunContext, previous: RunContext | None) -> None:
+    _local.ctx = previous
+    _local.last_report = ctx.report
+
+
+def last_report() -> RunReport | None:
+    """The report of the calling thread's most recent kernel run (None if it ran none)."""
+    return getattr(_local, "last_report", None)

@@ -1,0 +1,79 @@
+"""`run`: execute a kernel on numpy buffers, in place, and return its result and RunReport."""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import NKIError
+from .context import RunContext, pop, push
+from .cost_model import GENERATIONS, TRN2, HardwareConfig
+from .report import RunReport
+from .tile import Tile
+
+
+def run(kernel: Any, args: list, kwargs: dict | None = None, grid: tuple[int, ...] = (), *,
+        hardware: HardwareConfig | str = TRN2, fp32_compute: bool = False) -> tuple[Any, RunReport]:
+    """Run `kernel` (an @nki.jit Kernel or a plain function) on the simulated NeuronCore.
+
+    Array arguments are numpy arrays the kernel reads and writes IN PLACE; an array with
+    ``flags.writeable == False`` is a read-only input (writing it raises the read-only-input
+    rule error). Other arguments (scalars, ...) are passed unchanged. With a non-empty `grid` the
+    kernel runs once per program id (row-major). Returns the kernel's return value with HBM
+    tensors turned into their numpy arrays (an argument's own array when it returns one) and the
+    RunReport, which is also available as `last_report()` in the calling thread.
+    State lives in the calling thread only, so concurrent runs from several threads are safe.
+    """
+    func: Callable[..., Any] = getattr(kernel, "func", kernel)
+    config = GENERATIONS[hardware] if isinstance(hardware, str) else hardware
+    grid = normalize_grid(grid)
+    ctx = RunContext(getattr(func, "__name__", "kernel"), config, grid, fp32_compute)
+    previous = push(ctx)
+    start = time.perf_counter()
+    try:
+        names = _parameter_names(func, len(args))
+        call_args = [_wrap(a, n) for a, n in zip(args, names)]
+        call_kwargs = {k: _wrap(v, k) for k, v in (kwargs or {}).items()}
+        result = None
+        for program_id in itertools.product(*(range(g) for g in grid)):
+            ctx.begin_program(program_id)
+            result = func(*call_args, **call_kwargs)
+        return _unwrap(result), ctx.report
+    finally:
+        ctx.report.simulated_wall_seconds = time.perf_counter() - start
+        pop(ctx, previous)
+
+
+def normalize_grid(grid: Any) -> tuple[int, ...]:
+    grid = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    if any(int(g) < 1 for g in grid):
+        raise NKIError("grid", f"SPMD grid dimensions must be >= 1, got {grid}", "<launch>")
+    return tuple(int(g) for g in grid)
+
+
+def _parameter_names(func: Callable[..., Any], count: int) -> list[str]:
+    code = getattr(func, "__code__", None)
+    names = list(code.co_varnames[:code.co_argcount]) if code else []
+    return names[:count] + [f"arg{i}" for i in range(len(names), count)]
+
+
+def _wrap(value: Any, name: str) -> Any:
+    if isinstance(value, np.ndarray):
+        dtype = as_dtype(value.dtype, f"argument '{name}'")
+        return Tile(value, dtype, "hbm", name, readonly=not value.flags.writeable)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_wrap(v, f"{name}[{i}]") for i, v in enumerate(value))
+    return value
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, Tile):
+        return value.data if value.is_hbm else np.array(value.data.astype(value.dtype))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _unwrap(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,390 @@
+"""The instruction set: each function checks the rules, computes with vectorised numpy in fp32,
+rounds to the destination dtype and records the instruction with its estimated cost."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dtypes import as_dtype, bool_, float32, is_float, promote
+from ..errors import NKIError
+from . import cost_model as cm
+from . import rules
+from .context import current
+from .ops import BINARY, INTEGER_CLOSED, REDUCE, UNARY, op_name, require
+from .tile import AccessPattern, Tile, resolve
+
+
+# ----------------------------------------------------------------------------- values & tiles
+def _free(shape: tuple[int, ...]) -> int:
+    return math.prod(shape[1:])
+
+
+def _on_chip(x: Tile, what: str) -> Tile:
+    if x.is_hbm:
+        raise NKIError("hbm-operand", f"{what} reads on-chip tiles; HBM tensor '{x.name}' must be "
+                       f"loaded first (nl.load)")
+    return x
+
+
+def _value(x: Any, what: str) -> tuple[Any, np.dtype | None]:
+    """Compute-domain value of an operand and its tile dtype (None for scalars/index exprs)."""
+    if isinstance(x, AccessPattern):
+        _on_chip(x.tensor, what)
+    if isinstance(x, Tile):
+        return _on_chip(x, what).data, x.dtype
+    if isinstance(x, (bool, int, float, np.number)):
+        return x, None
+    if isinstance(x, np.ndarray):  # index expression such as nl.arange(128)[:, None]
+        return x, None
+    raise NKIError("operand", f"{what}: unsupported operand {type(x).__name__}")
+
+
+def _compute(fn: Callable[..., Any], values: list[Any], as_float: bool) -> np.ndarray:
+    conv = []
+    for v in values:
+        if isinstance(v, np.ndarray):
+            if as_float:
+                v = v.astype(np.float32, copy=False)
+            elif v.dtype.itemsize == 8:
+                v = v.astype(np.int32)
+        elif as_float:
+            v = np.float32(v)
+        conv.append(v)
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(*conv))
+
+
+def _round(values: np.ndarray, dtype: np.dtype, keep_fp32: bool = False) -> np.ndarray:
+    """Round compute results to `dtype` (the engines' output conversion)."""
+    if keep_fp32 and is_float(dtype):
+        return values.astype(np.float32, copy=False)
+    if dtype == bool_:
+        return values != 0
+    if not is_float(dtype) and values.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        values = np.clip(np.rint(values), info.min, info.max)
+    return values.astype(dtype, copy=False)
+
+
+def new_tile(values: np.ndarray, dtype: np.dtype, buffer: str = "sbuf", name: str = "") -> Tile:
+    """Allocate an on-chip tile holding `values` rounded to `dtype` (capacity-checked)."""
+    ctx = current()
+    rules.check_partition(values.shape, buffer, ctx.config)
+    tile = Tile(_round(values, dtype, ctx.fp32_compute), dtype, buffer, name)
+    ctx.allocate(tile, buffer, _free(values.shape) * dtype.itemsize)
+    return tile
+
+
+def _record_lanes(engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
+                  ops_per_element: float = 1.0) -> None:
+    ctx = current()
+    seconds = cm.lane_seconds(ctx.config, engine, _free(shape), ops_per_element)
+    ctx.record(engine, opcode, shape, dtype, seconds,
+               flops=math.prod(shape) * ops_per_element)
+
+
+def _out_dtype(dtype: Any, operand_dtypes: list[np.dtype | None]) -> np.dtype:
+    if dtype is not None:
+        return as_dtype(dtype)
+    return promote([d for d in operand_dtypes if d is not None])
+
+
+def _broadcast_error(what: str, exc: Exception) -> NKIError:
+    return NKIError("shape-mismatch", f"{what}: operand shapes do not broadcast ({exc})")
+
+
+# ----------------------------------------------------------------------------- elementwise
+def unary(name: str, x: Any, dtype: Any = None, engine: str | None = None) -> Tile:
+    fn, default_engine = require(name, UNARY, "elementwise")
+    value, xdt = _value(x, name)
+    out_dtype = _out_dtype(dtype, [xdt])
+    as_float = name not in INTEGER_CLOSED or is_float(out_dtype) or (xdt is not None and is_float(xdt))
+    out = _compute(fn, [value], as_float)
+    tile = new_tile(out, out_dtype)
+    eng = engine or default_engine
+    opcode = "activation" if eng == cm.SCALAR else "tensor_scalar"
+    _record_lanes(eng, f"{opcode}[{name}]", out.shape, out_dtype)
+    return tile
+
+
+def _elementwise(name: str, operands: list[Any], dtype: Any) -> tuple[np.ndarray, np.dtype]:
+    fn = require(name, BINARY, "binary")
+    pairs = [_value(o, name) for o in operands]
+    out_dtype = _out_dtype(dtype, [d for _, d in pairs])
+    as_float = (name not in INTEGER_CLOSED or is_float(out_dtype)
+                or any(d is not None and is_float(d) for _, d in pairs)
+                or any(isinstance(v, (float, np.floating)) for v, _ in pairs))
+    try:
+        out = _compute(fn, [v for v, _ in pairs], as_float)
+    except ValueError as exc:
+        raise _broadcast_error(name, exc) from None
+    return out, out_dtype
+
+
+def binary(name: str, a: Any, b: Any, dtype: Any = None) -> Tile:
+    out, out_dtype = _elementwise(name, [a, b], dtype)
+    tile = new_tile(out, out_dtype)
+    both_tiles = isinstance(a, Tile) and isinstance(b, Tile)
+    opcode = "tensor_tensor" if both_tiles else "tensor_scalar"
+    _record_lanes(cm.VECTOR, f"{opcode}[{name}]", out.shape, out_dtype)
+    return tile
+
+
+def inplace(name: str, tile: Tile, other: Any) -> Tile:
+    """`tile op= other`: writes into `tile`; `psum += matmul(...)` is PSUM accumulation (free)."""
+    _on_chip(tile, f"in-place {name}")
+    if (name == "add" and tile.buffer == "psum" and isinstance(other, Tile)
+            and other._from_matmul):
+        try:
+            summed = tile.data.astype(np.float32) + other.data
+            tile.write(Ellipsis, _round(np.broadcast_to(summed, tile.shape), tile.dtype, True))
+        except ValueError as exc:
+            raise _broadcast_error("psum accumulation", exc) from None
+        return tile
+    out, _ = _elementwise(name, [tile, other], tile.dtype)
+    if out.shape != tile.shape:
+        raise NKIError("shape-mismatch", f"in-place {name} would change tile shape {tile.shape} "
+                       f"to {out.shape}")
+    tile.write(Ellipsis, _round(out, tile.dtype, current().fp32_compute))
+    _record_lanes(cm.VECTOR, f"tensor_tensor[{name}]", tile.shape, tile.dtype)
+    return tile
+
+
+def assign(tile: Tile, key: Any, value: Any) -> None:
+    """`tile[key] = value` on an on-chip tile (a VectorE copy)."""
+    index = resolve(tile.shape, key, f"{tile.buffer.upper()} tile")
+    data, _ = _value(value, "tile assignment")
+    data = _compute(lambda v: v, [data], is_float(tile.dtype))
+    try:
+        data = np.broadcast_to(data, index.shape)
+    except ValueError as exc:
+        raise _broadcast_error("tile assignment", exc) from None
+    tile.write(index.key, _round(data, tile.dtype, current().fp32_compute))
+    _record_lanes(cm.VECTOR, "tensor_copy", index.shape, tile.dtype)
+
+
+def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, dtype: Any = None) -> Tile:
+    """ScalarE: op(data * scale + bias); bias/scale are scalars or [P, 1] tiles."""
+    name = op_name(op)
+    fn, _ = require(name, UNARY, "activation")
+    value, xdt = _value(data, "activation")
+    scale_v, _ = _value(scale, "activation scale")
+    bias_v = np.float32(0.0) if bias is None else _value(bias, "activation bias")[0]
+    out_dtype = _out_dtype(dtype, [xdt])
+    try:
+        out = _compute(lambda x, s, b: fn(x * s + b), [value, scale_v, bias_v], True)
+    except ValueError as exc:
+        raise _broadcast_error("activation", exc) from None
+    tile = new_tile(out, out_dtype)
+    _record_lanes(cm.SCALAR, f"activation[{name}]", out.shape, out_dtype)
+    return tile
+
+
+def tensor_scalar(data: Any, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
+                  operand1: Any = None, reverse1: bool = False, dtype: Any = None) -> Tile:
+    """VectorE: (data op0 operand0) op1 operand1, operands are scalars or [P, 1] tiles."""
+    steps = [(op_name(op0), operand0, reverse0)]
+    if op1 is not None:
+        steps.append((op_name(op1), operand1, reverse1))
+    value, xdt = _value(data, "tensor_scalar")
+    out_dtype = _out_dtype(dtype, [xdt])
+    acc = value
+    for name, operand, reverse in steps:
+        fn = require(name, BINARY, "tensor_scalar")
+        opv, _ = _value(operand, "tensor_scalar operand")
+        try:
+            acc = _compute(fn, [opv, acc] if reverse else [acc, opv], True)
+        except ValueError as exc:
+            raise _broadcast_error("tensor_scalar", exc) from None
+    tile = new_tile(acc, out_dtype)
+    _record_lanes(cm.VECTOR, "tensor_scalar[" + ",".join(s[0] for s in steps) + "]",
+                  acc.shape, out_dtype, len(steps))
+    return tile
+
+
+def where(cond: Any, x: Any, y: Any, dtype: Any = None) -> Tile:
+    out, out_dtype = _elementwise_select(cond, x, y, dtype)
+    tile = new_tile(out, out_dtype)
+    _record_lanes(cm.VECTOR, "select", out.shape, out_dtype)
+    return tile
+
+
+def _elementwise_select(cond: Any, x: Any, y: Any, dtype: Any) -> tuple[np.ndarray, np.dtype]:
+    c, _ = _value(cond, "where")
+    xv, xdt = _value(x, "where")
+    yv, ydt = _value(y, "where")
+    out_dtype = _out_dtype(dtype, [xdt, ydt])
+    try:
+        out = _compute(lambda c_, a, b: np.where(c_ != 0, a, b), [c, xv, yv], is_float(out_dtype))
+    except ValueError as exc:
+        raise _broadcast_error("where", exc) from None
+    return out, out_dtype
+
+
+def reduce(op: Any, data: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None,
+           negate: bool = False) -> Tile:
+    """VectorE reduction along free axes only."""
+    name = op_name(op)
+    fn = require(name, REDUCE, "reduce")
+    value, xdt = _value(data, f"reduce[{name}]")
+    ndim = np.ndim(value)
+    axes = tuple(range(1, ndim)) if axis is None else (axis if isinstance(axis, (tuple, list)) else (axis,))
+    axes = rules.check_reduce_axes(tuple(int(a) for a in axes), ndim)
+    out_dtype = _out_dtype(dtype, [xdt])
+    out = _compute(lambda v: fn(v, axis=axes, keepdims=keepdims), [value], True)
+    if negate:
+        out = -out
+    tile = new_tile(out, out_dtype)
+    _record_lanes(cm.VECTOR, f"tensor_reduce[{name}]", np.shape(value), out_dtype)
+    return tile
+
+
+def broadcast(tile: Tile, shape: tuple[int, ...]) -> Tile:
+    value, _ = _value(tile, "broadcast_to")
+    try:
+        out = np.broadcast_to(value, shape)
+    except ValueError as exc:
+        raise _broadcast_error("broadcast_to", exc) from None
+    result = new_tile(np.array(out), tile.dtype)
+    _record_lanes(cm.VECTOR, "tensor_copy[broadcast]", shape, tile.dtype)
+    return result
+
+
+def copy(src: Any, dtype: Any = None, buffer: str = "sbuf", engine: str = cm.VECTOR) -> Tile:
+    value, xdt = _value(src, "copy")
+    out_dtype = _out_dtype(dtype, [xdt])
+    tile = new_tile(np.asarray(value), out_dtype, buffer)
+    _record_lanes(engine, "tensor_copy", tile.shape, out_dtype)
+    return tile
+
+
+# ----------------------------------------------------------------------------- TensorE
+def _tensor_dtype(a: Tile, b: Tile) -> np.dtype:
+    return float32 if float32 in (a.dtype, b.dtype) else (a.dtype if a.dtype == b.dtype else b.dtype)
+
+
+def matmul(stationary: Tile, moving: Tile) -> Tile:
+    """TensorE: stationary[K, M]^T @ moving[K, N] -> PSUM [M, N] fp32."""
+    ctx = current()
+    for t in (stationary, moving):
+        if not isinstance(t, Tile):
+            raise NKIError("operand", f"matmul operands must be tiles, got {type(t).__name__}")
+    rules.check_matmul(stationary, moving, ctx.config)
+    k, m = stationary.shape
+    n = moving.shape[1]
+    out = stationary.data.astype(np.float32, copy=False).T @ moving.data.astype(np.float32, copy=False)
+    tile = new_tile(out, float32, "psum")
+    tile._from_matmul = True
+    dt = _tensor_dtype(stationary, moving)
+    ctx.record(cm.TENSOR, "matmul", (k, m, n), dt, cm.matmul_seconds(ctx.config, n, dt),
+               flops=2 * k * m * n)
+    return tile
+
+
+def transpose(data: Tile, dtype: Any = None) -> Tile:
+    """TensorE transpose (a matmul against identity): [P, F] SBUF -> [F, P] PSUM."""
+    ctx = current()
+    if not isinstance(data, Tile) or data.ndim != 2:
+        raise NKIError("transpose-rank", "transpose takes a 2-D [partition, free] tile")
+    if data.buffer != "sbuf":
+        raise NKIError("matmul-operand-sbuf", f"TensorE transpose reads SBUF, got a "
+                       f"{data.buffer.upper()} tile: copy it to SBUF first")
+    p, f = data.shape
+    if f > ctx.config.partitions:
+        raise NKIError("transpose-free", f"transpose input free size {f} > {ctx.config.partitions}: "
+                       f"it becomes the partition dimension of the result")
+    out_dtype = data.dtype if dtype is None else as_dtype(dtype)
+    tile = new_tile(np.ascontiguousarray(data.data.T), out_dtype, "psum")
+    ctx.record(cm.TENSOR, "transpose", (p, f), data.dtype,
+               cm.matmul_seconds(ctx.config, p, data.dtype))
+    return tile
+
+
+# ----------------------------------------------------------------------------- DMA & GpSimd
+def _pattern(x: Any, what: str) -> AccessPattern | Tile:
+    if isinstance(x, AccessPattern):
+        return x
+    if isinstance(x, Tile):
+        return AccessPattern(x, Ellipsis) if x.is_hbm else x
+    raise NKIError("operand", f"{what}: expected a tensor or tile, got {type(x).__name__}")
+
+
+def _record_dma(opcode: str, shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> None:
+    ctx = current()
+    ctx.record(cm.DMA, opcode, shape, dtype, cm.dma_seconds(ctx.config, nbytes), dma_bytes=nbytes)
+
+
+def load(src: Any, mask: Any = None, dtype: Any = None) -> Tile:
+    """DMA HBM -> new SBUF tile."""
+    pattern = _pattern(src, "nl.load")
+    if isinstance(pattern, Tile):
+        raise NKIError("load-source", f"nl.load reads HBM tensors; got a {pattern.buffer.upper()} "
+                       f"tile (use nl.copy for on-chip tiles)")
+    values = pattern.read(mask)
+    out_dtype = pattern.dtype if dtype is None else as_dtype(dtype)
+    tile = new_tile(values, out_dtype)
+    _record_dma("load", values.shape, pattern.dtype, values.nbytes)
+    return tile
+
+
+def store(dst: Any, value: Any, mask: Any = None) -> None:
+    """DMA on-chip tile (or scalar) -> HBM, rounding to the tensor's dtype."""
+    pattern = _pattern(dst, "nl.store")
+    if isinstance(pattern, Tile):
+        raise NKIError("store-destination", f"nl.store writes HBM tensors; got a "
+                       f"{pattern.buffer.upper()} tile (assign with tile[...] = value)")
+    _dma_write(pattern, value, mask, "store")
+
+
+def _dma_write(pattern: AccessPattern, value: Any, mask: Any, opcode: str) -> None:
+    values, _ = _value(value, opcode)
+    values = np.asarray(values)
+    shape = pattern.resolve(mask).shape
+    try:
+        values = np.broadcast_to(values, shape)
+    except ValueError:
+        raise NKIError("shape-mismatch", f"{opcode}: value of shape {values.shape} does not fit "
+                       f"destination of shape {shape}") from None
+    rounded = _round(values, pattern.dtype)
+    pattern.write(rounded, mask)
+    _record_dma(opcode, shape, pattern.dtype, rounded.nbytes)
+
+
+def dma_copy(dst: Any, src: Any, mask: Any = None) -> None:
+    """DMA between any two of HBM / SBUF (tiles or tensor slices)."""
+    source = _pattern(src, "dma_copy src")
+    values = source.read(mask) if isinstance(source, AccessPattern) else _value(source, "dma_copy")[0]
+    target = _pattern(dst, "dma_copy dst")
+    if isinstance(target, AccessPattern):
+        _dma_write(target, values, mask, "dma_copy")
+        return
+    try:
+        values = np.broadcast_to(values, target.shape)
+    except ValueError:
+        raise NKIError("shape-mismatch", f"dma_copy: source {np.shape(values)} does not fit "
+                       f"destination {target.shape}") from None
+    target.write(Ellipsis, _round(values, target.dtype, current().fp32_compute))
+    _record_dma("dma_copy", target.shape, target.dtype, target.size * target.dtype.itemsize)
+
+
+def iota(expr: Any, dtype: Any = float32) -> Tile:
+    """GpSimd: materialise an index expression (e.g. nl.arange(128)[:, None] * 4 + i_f)."""
+    values = np.asarray(expr.data if isinstance(expr, Tile) else expr)
+    out_dtype = as_dtype(dtype)
+    if values.ndim == 0:
+        raise NKIError("tile-rank", "iota needs an index expression with a partition axis")
+    tile = new_tile(values, out_dtype)
+    _record_lanes(cm.GPSIMD, "iota", values.shape, out_dtype)
+    return tile
+
+
+def memset(shape: tuple[int, ...], value: Any, dtype: Any, buffer: str = "sbuf") -> Tile:
+    """GpSimd: a new tile filled with `value`."""
+    out_dtype = as_dtype(dtype)
+    shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+    tile = new_tile(np.full(shape, value, dtype=np.float32 if is_float(out_dtype) else None),
+                    out_dtype, buffer)
+    _record_lanes(cm.GPSIMD, "memset", shape, out_dtype)
+    return tile

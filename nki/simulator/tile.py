@@ -1,0 +1,239 @@
+"""Tiles (on-chip SBUF/PSUM and HBM tensors) and index expressions over them.
+
+A tile's shape has the partition dimension first.  Values live in a numpy array in the tile's
+dtype (bfloat16/float8 through ml_dtypes); with `fp32_compute` on-chip floating tiles keep
+float32 storage and are rounded to their dtype when stored to HBM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import NKIError
+from . import rules
+
+HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
+
+
+@dataclass
+class Index:
+    """A resolved index: the numpy key, the result shape, and whether it is basic (a view)."""
+
+    key: tuple
+    shape: tuple[int, ...]
+    basic: bool
+    mask: np.ndarray | None = None
+
+
+def _is_int(k: Any) -> bool:
+    return isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+
+
+def _normalize(key: Any, shape: tuple[int, ...], owner: str) -> tuple:
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        key = key[:at] + (slice(None),) * (len(shape) - len(key) + 1) + key[at + 1:]
+    if len(key) > len(shape):
+        raise NKIError("index-rank", f"{len(key)} indices for {owner} of shape {shape}")
+    return key + (slice(None),) * (len(shape) - len(key))
+
+
+def _oob(owner: str, shape: tuple[int, ...], dim: int, what: str) -> NKIError:
+    return NKIError("out-of-bounds", f"index {what} on axis {dim} is outside {owner} of shape "
+                    f"{shape} (valid 0..{shape[dim] - 1}); accesses are never clipped: "
+                    f"use a smaller tile or a mask")
+
+
+def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None) -> Index:
+    """Check `key` against `shape` (out-of-bounds is an error) and build the numpy key."""
+    key = _normalize(key, shape, owner)
+    parts: list[Any] = []
+    basic = mask is None
+    for dim, (k, size) in enumerate(zip(key, shape)):
+        if _is_int(k):
+            if not 0 <= k < size:
+                raise _oob(owner, shape, dim, str(int(k)))
+            parts.append(int(k))
+        elif isinstance(k, slice):
+            start = 0 if k.start is None else int(k.start)
+            stop = size if k.stop is None else int(k.stop)
+            step = 1 if k.step is None else int(k.step)
+            if step <= 0:
+                raise NKIError("index-step", f"slice step must be positive, got {step}")
+            if start < 0 or stop > size or start > stop:
+                raise _oob(owner, shape, dim, f"{start}:{stop}")
+            parts.append(slice(start, stop, step))
+        elif isinstance(k, np.ndarray) and k.dtype.kind in "iu":
+            parts.append(k)
+            basic = False
+        else:
+            raise NKIError("index-expression", f"unsupported index {k!r} on axis {dim} of {owner}: "
+                           f"use ints, slices, nl.ds(start, size) or nl.arange expressions")
+    if basic:
+        out = tuple(len(range(p.start, p.stop, p.step)) for p in parts if isinstance(p, slice))
+        return Index(tuple(parts), out, True)
+    # Advanced form: each slice becomes an arange on its own output axis, arrays broadcast.
+    free_axes = [i for i, p in enumerate(parts) if not _is_int(p)]
+    arrays: list[Any] = []
+    for i, p in enumerate(parts):
+        if isinstance(p, slice):
+            axis_shape = [1] * len(free_axes)
+            axis_shape[free_axes.index(i)] = len(range(p.start, p.stop, p.step))
+            arrays.append(np.arange(p.start, p.stop, p.step).reshape(axis_shape))
+        else:
+            arrays.append(p)
+    try:
+        out_shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+        full_mask = None if mask is None else np.broadcast_to(np.asarray(mask, bool), out_shape)
+    except ValueError as exc:
+        raise NKIError("index-expression", f"index expressions / mask do not broadcast: {exc}")
+    checked = []
+    for dim, a in enumerate(arrays):
+        a = np.broadcast_to(a, out_shape)
+        live = a if full_mask is None else a[full_mask]
+        if live.size and (live.min() < 0 or live.max() >= shape[dim]):
+            bad = live[(live < 0) | (live >= shape[dim])][0]
+            raise _oob(owner, shape, dim, str(int(bad)))
+        checked.append(a if full_mask is None else np.where(full_mask, a, 0))
+    return Index(tuple(checked), tuple(out_shape), False, full_mask)
+
+
+class Tile:
+    """A tensor in SBUF, PSUM or HBM; on-chip views alias the tile they index."""
+
+    __array_ufunc__ = None  # make numpy defer to Tile's reflected operators
+    __hash__ = object.__hash__
+
+    def __init__(self, data: np.ndarray, dtype: np.dtype, buffer: str, name: str = "",
+                 readonly: bool = False, base: Tile | None = None, key: Any = None,
+                 index: Index | None = None) -> None:
+        self.data = data
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+        self.readonly = readonly
+        self._base = base          # tile this one is a view of (keeps it alive)
+        self._key = key            # the user's key object, to spot `t[k] op= v`
+        self._index = index
+        self._from_matmul = False  # fresh matmul result: `psum += it` is accumulation, no copy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    @property
+    def is_hbm(self) -> bool:
+        return self.buffer in HBM_BUFFERS
+
+    def __repr__(self) -> str:
+        return f"Tile({self.buffer}, shape={self.shape}, dtype={self.dtype}{', ' + self.name if self.name else ''})"
+
+    def __getitem__(self, key: Any) -> Any:
+        if self.is_hbm:
+            return AccessPattern(self, key)
+        index = resolve(self.shape, key, f"{self.buffer.upper()} tile")
+        return Tile(self.data[index.key], self.dtype, self.buffer, base=self, key=key, index=index)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, Tile) and value._base is self and value._key is key:
+            return  # `t[k] op= v`: the in-place operator already updated the view
+        if self.is_hbm:
+            raise NKIError("hbm-write", f"HBM tensor '{self.name}' is written with nl.store / "
+                           f"nisa.dma_copy, not by item assignment")
+        _ins.assign(self, key, value)
+
+    def write(self, key: tuple, values: np.ndarray) -> None:
+        """Store already-rounded `values` at numpy `key` and propagate to the viewed tile."""
+        self.data[key] = values
+        self._writeback()
+
+    def _writeback(self) -> None:
+        if self._base is not None and not self._index.basic:
+            self._base.write(self._index.key, self.data)
+
+    def reshape(self, shape: tuple[int, ...]) -> Tile:
+        """A reshaped view of an HBM tensor (no copy)."""
+        if not self.is_hbm:
+            raise NKIError("reshape-on-chip", "only HBM tensors can be reshaped")
+        view = self.data.view()
+        try:
+            view.shape = tuple(shape)
+        except (AttributeError, ValueError) as exc:
+            raise NKIError("reshape", f"cannot view {self.name} {self.shape} as {shape}: {exc}")
+        return Tile(view, self.dtype, self.buffer, self.name, self.readonly)
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tile:
+        return _ins.broadcast(self, tuple(shape))
+
+    # Python operators are VectorE instructions.
+    def __add__(self, o: Any) -> Tile: return _ins.binary("add", self, o)
+    def __radd__(self, o: Any) -> Tile: return _ins.binary("add", o, self)
+    def __sub__(self, o: Any) -> Tile: return _ins.binary("subtract", self, o)
+    def __rsub__(self, o: Any) -> Tile: return _ins.binary("subtract", o, self)
+    def __mul__(self, o: Any) -> Tile: return _ins.binary("multiply", self, o)
+    def __rmul__(self, o: Any) -> Tile: return _ins.binary("multiply", o, self)
+    def __truediv__(self, o: Any) -> Tile: return _ins.binary("divide", self, o)
+    def __rtruediv__(self, o: Any) -> Tile: return _ins.binary("divide", o, self)
+    def __pow__(self, o: Any) -> Tile: return _ins.binary("power", self, o)
+    def __lt__(self, o: Any) -> Tile: return _ins.binary("less", self, o)
+    def __le__(self, o: Any) -> Tile: return _ins.binary("less_equal", self, o)
+    def __gt__(self, o: Any) -> Tile: return _ins.binary("greater", self, o)
+    def __ge__(self, o: Any) -> Tile: return _ins.binary("greater_equal", self, o)
+    def __eq__(self, o: Any) -> Tile: return _ins.binary("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Tile: return _ins.binary("not_equal", self, o)  # type: ignore[override]
+    def __neg__(self) -> Tile: return _ins.unary("negative", self)
+    def __abs__(self) -> Tile: return _ins.unary("abs", self)
+    def __iadd__(self, o: Any) -> Tile: return _ins.inplace("add", self, o)
+    def __isub__(self, o: Any) -> Tile: return _ins.inplace("subtract", self, o)
+    def __imul__(self, o: Any) -> Tile: return _ins.inplace("multiply", self, o)
+    def __itruediv__(self, o: Any) -> Tile: return _ins.inplace("divide", self, o)
+
+
+class AccessPattern:
+    """`hbm_tensor[key]`: resolved and bounds-checked (with the instruction's mask) when a DMA
+    instruction uses it."""
+
+    def __init__(self, tensor: Tile, key: Any) -> None:
+        self.tensor = tensor
+        self.key = key
+        self.dtype = tensor.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.resolve().shape
+
+    def _owner(self) -> str:
+        return f"HBM tensor '{self.tensor.name}'"
+
+    def resolve(self, mask: Any = None) -> Index:
+        return resolve(self.tensor.shape, self.key, self._owner(), mask)
+
+    def read(self, mask: Any = None) -> np.ndarray:
+        index = self.resolve(mask)
+        values = self.tensor.data[index.key]
+        if index.mask is not None:
+            values = np.where(index.mask, values, np.zeros((), values.dtype))
+        return values
+
+    def write(self, values: np.ndarray, mask: Any = None) -> None:
+        rules.check_writable(self.tensor)
+        index = self.resolve(mask)
+        values = np.broadcast_to(values, index.shape)
+        if index.mask is None:
+            self.tensor.data[index.key] = values
+        else:
+            self.tensor.data[tuple(k[index.mask] for k in index.key)] = values[index.mask]
+
+
+from . import instructions as _ins  # noqa: E402  (operators need the instruction set)
