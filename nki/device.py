@@ -14,7 +14,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
@@ -22,35 +21,18 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch_neuronx import _C
 
 from . import runtime, simulator
+from .jit import numpy_dtype, to_numpy, torch_dtype
 
 # Storages (data pointers) the kernels of the running nki_op must not write: its inputs.
 read_only_storages: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "read_only_storages", default=frozenset())
 
-_NUMPY_VIEW = {  # dtypes NumPy lacks: reinterpret the bytes with ml_dtypes
-    torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
-    torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
-    torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2),
-}
-_TORCH_DTYPE = {np.dtype(np_dtype): torch_dtype for torch_dtype, (_, np_dtype) in _NUMPY_VIEW.items()}
-
-
 def numpy_view(host: torch.Tensor, writable: bool) -> np.ndarray:
-    """A NumPy array over the same bytes as a CPU tensor."""
-    if host.dtype in _NUMPY_VIEW:
-        carrier, np_dtype = _NUMPY_VIEW[host.dtype]
-        array = host.view(carrier).numpy().view(np_dtype)
-    else:
-        array = host.numpy()
+    """A NumPy array over the same bytes as a CPU tensor (read-only unless `writable`)."""
+    array = to_numpy(host)
     if not writable:
         array.flags.writeable = False
     return array
-
-
-def torch_dtype(dtype: np.dtype) -> torch.dtype:
-    """The torch dtype of a NumPy (or ml_dtypes) dtype."""
-    dtype = np.dtype(dtype)
-    return _TORCH_DTYPE.get(dtype) or getattr(torch, dtype.name)
 
 
 @dataclass(frozen=True)
@@ -178,7 +160,7 @@ def fake_launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -
 
 def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tuple[int, ...]) -> Any:
     """Result structure of a kernel, found by simulating it on zero-filled arguments."""
-    views = [np.zeros(_sizes(a.shape), dtype=_numpy_dtype(a.dtype)) if isinstance(a, torch.Tensor) else a
+    views = [np.zeros(_sizes(a.shape), dtype=numpy_dtype(a.dtype)) if isinstance(a, torch.Tensor) else a
              for a in flat]
     n_positional = len(flat) - len(names)
     result, _ = simulator.run(kernel, views[:n_positional], dict(zip(names, views[n_positional:])), grid)
@@ -186,12 +168,6 @@ def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tup
     with _results_lock:
         _results[_signature(kernel, flat, grid)] = spec
     return spec
-
-
-def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    if dtype in _NUMPY_VIEW:
-        return np.dtype(_NUMPY_VIEW[dtype][1])
-    return np.dtype(str(dtype).removeprefix("torch."))  # no tensor: this may run under fake mode
 
 
 runtime.device_launcher = launch  # importing this module makes neuron tensors run on the device

@@ -53,8 +53,8 @@ class _Simulated:
         self.kernel, self.grid, self.options = kernel, grid, options
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        np_args = [_to_numpy(a) for a in args]
-        np_kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
+        np_args = [to_numpy(a) for a in args]
+        np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}
         result, _ = engine.run(self.kernel, np_args, np_kwargs, self.grid, **self.options)
         return result
 
@@ -87,8 +87,8 @@ def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) ->
             raise RuntimeError(f"kernel called with {device} tensors but no device backend is "
                                f"registered (import torch_neuronx)")
         return launcher(kernel, args, kwargs, grid)
-    np_args = [_to_numpy(a) for a in args]
-    np_kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
+    np_args = [to_numpy(a) for a in args]
+    np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}
     result, _ = engine.run(kernel, np_args, np_kwargs, grid, **kernel.options)
     originals = {id(n): a for n, a in zip(np_args + list(np_kwargs.values()),
                                           list(args) + list(kwargs.values())) if n is not a}
@@ -121,19 +121,31 @@ def _foreign_device(values: list) -> str | None:
     return None
 
 
-def _to_numpy(value: Any) -> Any:
+def to_numpy(value: Any) -> Any:
     """CPU torch tensors -> numpy arrays sharing memory (bf16/fp8 reinterpreted via ml_dtypes)."""
     torch = _torch()
     if torch is None or not isinstance(value, (torch.Tensor, list, tuple)):
         return value
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_numpy(v) for v in value)
+        return type(value)(to_numpy(v) for v in value)
     t = value.detach()
     name = str(t.dtype).replace("torch.", "")
     if name in _TORCH_TO_ML:
         carrier = torch.int16 if t.element_size() == 2 else torch.uint8
         return t.view(carrier).numpy().view(_TORCH_TO_ML[name])
     return t.numpy()
+
+
+def torch_dtype(dtype: np.dtype) -> Any:
+    """The torch dtype of a kernel (NumPy or ml_dtypes) dtype."""
+    return getattr(_torch(), next((name for name, ml in _TORCH_TO_ML.items() if np.dtype(ml) == dtype),
+                                  np.dtype(dtype).name))
+
+
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The kernel dtype of a torch dtype (creates no tensor: this may run under fake mode)."""
+    name = str(dtype).removeprefix("torch.")
+    return np.dtype(_TORCH_TO_ML.get(name, name))
 
 
 def _to_torch(value: Any, originals: dict[int, Any]) -> Any:
