@@ -1,0 +1,85 @@
+"""torch.compile(backend="neuron") against neuron eager, CPU eager and CPU Inductor, side by side.
+
+Median synchronized training-step time (forward, backward, AdamW) of TinyGPT and of a stack of
+elementwise/normalization layers where fusion matters, after warm-up (compilation excluded), and
+the first (compiling) step.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+import torch_neuronx  # noqa: F401  (registers the device)
+from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+
+
+class NormStack(nn.Module):
+    """Elementwise-heavy blocks: many small ops per layer, where fusing them pays."""
+
+    def __init__(self, width: int = 256, depth: int = 6) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.LayerNorm(width) for _ in range(depth))
+        self.scale = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for norm in self.layers:
+            x = x + torch.tanh(norm(x) * self.scale) * torch.sigmoid(x) - 0.1 * x.square()
+        return x, (x - y).square().mean()
+
+
+def gpt_case() -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Tensor]]:
+    config = GPTConfig()
+    return (lambda: TinyGPT(config)), make_batches(1, 8, config.block_size, config.vocab_size, seed=0)[0]
+
+
+def stack_case() -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(0)
+    return NormStack, (torch.randn(64, 256, generator=gen), torch.randn(64, 256, generator=gen))
+
+
+def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor], device: str,
+               backend: str | None, steps: int) -> tuple[float, float]:
+    """(first step seconds, median of the following steps)."""
+    torch._dynamo.reset()
+    time.sleep(0.05)  # let the other side's OpenMP threads stop spinning
+    torch.manual_seed(0)
+    model = model_fn().to(device)
+    if backend:
+        model = torch.compile(model, backend=backend)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = (t.to(device) for t in batch)
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = model(x, y)[1]
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        times.append(time.perf_counter() - start)
+    return times[0], statistics.median(times[2:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
+                ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
+    for title, case in (("TinyGPT training step", gpt_case()), ("NormStack training step", stack_case())):
+        print(f"{title} (median of {args.steps - 1} steps after the first)")
+        results = {name: step_times(*case, device, backend, args.steps) for name, device, backend in variants}
+        for name, (first, median) in results.items():
+            print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
+        compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))
+        print(f"  neuron compiled / cpu inductor: {compiled / inductor:.2f}x (target <= 1.1x); "
+              f"neuron eager / neuron compiled: {eager / compiled:.2f}x (target >= 1.25x)\n")
+
+
+if __name__ == "__main__":
+    main()

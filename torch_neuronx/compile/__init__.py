@@ -1,0 +1,1 @@
+"""``torch.compile(backend="neuron")``: graph capture, lowering and compiled executables."""
