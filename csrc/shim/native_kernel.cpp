@@ -56,6 +56,7 @@ struct Placement {
 
 void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                      const std::string& reason);
+void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason);
 
 // How each argument takes part in the signature and in the host call.
 enum class ArgKind { Tensor, TensorList, OptTensorList, Scalar, Float, Generator, Value };
@@ -227,7 +228,9 @@ class NativeKernel final : public c10::OperatorKernel {
     Words key;
     bool cacheable = !sync_;
     const Placement place = scan(first, key, cacheable);
-    if (place.float64) return fallback_to_cpu(op, stack, kFloat64Reason);
+    cacheable &= !place.float64;
+    if (place.float64 && !host_op_ && !host_run_) return fallback_to_cpu(op, stack, kFloat64Reason);
+    if (place.float64) note_fallback(op, *stack, kFloat64Reason);  // the host substitute runs it
     const auto device = place.device >= 0 ? place.device : current_device();
     const c10::DeviceGuard guard(c10::Device(kNeuron, device));
 
@@ -640,11 +643,12 @@ c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
   return current_device();
 }
 
-void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
+// Checks and records a host execution of `op` (complex refusal, strict mode, tracking, warning).
+void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason) {
   const std::string name = full_name(op.operator_name());
   const size_t n = op.schema().arguments().size();
-  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
-    const auto& v = (*stack)[i];
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const auto& v = stack[i];
     if (v.isTensor() && v.toTensor().defined())
       TORCH_CHECK_TYPE(!c10::isComplexType(v.toTensor().scalar_type()), name,
                        ": the neuron device does not support complex dtypes (got ",
@@ -661,8 +665,22 @@ void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
                "to the host and its results back", float64 ? " (this warning covers every float64 "
                "operator)" : "", ". torch_neuronx.get_fallback_ops() lists every fallback; "
                "TORCH_NEURONX_STRICT_FALLBACK=1 turns them into errors.");
-  synchronize_device(device_of(*stack, n));
+}
+
+void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
+  note_fallback(op, *stack, reason);
+  const size_t n = op.schema().arguments().size();
+  const auto device = device_of(*stack, n);
+  synchronize_device(device);
   at::native::cpu_fallback(op, stack);
+  // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
+  // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).
+  const size_t returns = op.schema().returns().size();
+  for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
+    auto& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu())
+      v = v.toTensor().to(c10::Device(kNeuron, device));
+  }
 }
 
 void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

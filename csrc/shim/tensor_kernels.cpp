@@ -155,8 +155,15 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   return dst;
 }
 
+// The CPU fallback's way back for out= arguments. An output the CPU kernel resized ends with the
+// layout the kernel chose (LAPACK operators make theirs column-major); otherwise it keeps its
+// own strides (it may be a view into a larger tensor).
 at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
-  if (dst.sizes() != src.sizes()) resize_(dst, src.sym_sizes(), std::nullopt);
+  if (dst.sizes() != src.sizes()) {  // the kernel resized the output: adopt its layout too
+    resize_(dst, src.sym_sizes(), std::nullopt);
+    if (dst.strides() != src.strides() && src.is_non_overlapping_and_dense())
+      const_cast<at::Tensor&>(dst).as_strided_(src.sizes(), src.strides(), dst.storage_offset());
+  }
   return copy_from(src, dst, false);
 }
 

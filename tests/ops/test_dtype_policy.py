@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
+import torch.nn.functional as F
 
 import torch_neuronx
 from torch_neuronx.ops.lowering_table import NATIVE_DTYPES, lowering_for
@@ -351,3 +352,31 @@ def test_explicit_copies_between_devices():
                     reason="custom topology")
 def test_device_count_default():
     assert torch_neuronx.device_count() == torch.neuron.device_count() == 4
+
+
+def test_fallback_out_arguments_keep_or_adopt_layout_like_cpu():
+    # A view into a larger tensor keeps its strides; an output the kernel resizes takes the
+    # layout the CPU kernel chose (LAPACK results are column-major).
+    for device in ("cpu", DEVICE):
+        t = torch.zeros(3, 4, dtype=torch.float64, device=device)
+        torch.neg(torch.ones(3, 2, dtype=torch.float64, device=device), out=t[:, 2:])
+        if device == "cpu":
+            expected = t
+        else:
+            assert_same(expected, t)
+    a = torch.randn(3, 3)
+    u, s, vh = torch.linalg.svd(a.double())
+    du, ds, dvh = torch.linalg.svd(a.double().to(DEVICE))
+    assert du.stride() == u.stride() and dvh.stride() == vh.stride()
+
+
+def test_float64_results_stay_on_the_device_when_the_first_argument_is_a_scalar():
+    t = torch.randn(5, dtype=torch.float64)
+    assert_same(1 - t, 1 - t.to(DEVICE))
+    assert_same(2.0 / t, 2.0 / t.to(DEVICE))
+
+
+def test_float64_convolution_runs_on_the_host_substitute():
+    x, w = torch.randn(1, 3, 5, 5, dtype=torch.float64), torch.randn(2, 3, 3, 3, dtype=torch.float64)
+    assert_same(F.conv2d(x, w, padding=1), F.conv2d(x.to(DEVICE), w.to(DEVICE), padding=1))
+    assert "aten::convolution_overrideable" in torch_neuronx.get_fallback_ops()

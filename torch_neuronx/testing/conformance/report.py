@@ -80,13 +80,16 @@ def summarize(rows):
         per_dtype[r["dtype"]]["pass"] += r["outcome"] in ("pass", "xpass")
     s["per_dtype"] = per_dtype
     # Native share by operator (OpInfo key), over float32/bfloat16 samples that ran on the device.
-    ops_mode = collections.defaultdict(lambda: {"native": 0, "fallback": 0, "fallback_ops": set()})
+    ops_mode = collections.defaultdict(lambda: {"native": 0, "fallback": 0, "fallback_ops": set(),
+                                                      "reasons": set()})
     for r in enabled:
         if r["dtype"] in NATIVE_SHARE_DTYPES and r["mode"] in ("native", "fallback"):
             m = ops_mode[key(r)]
             m[r["mode"]] += 1
             if r["fallback_ops"]:
                 m["fallback_ops"].update(r["fallback_ops"].split())
+            if r.get("fallback_reason"):
+                m["reasons"].add(r["fallback_reason"])
     s["ops_mode"] = ops_mode
     s["ops_exercised"] = len(ops_mode)
     s["ops_native"] = sum(1 for m in ops_mode.values() if m["fallback"] == 0)
@@ -123,6 +126,34 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
                  "inputs' strides); float32 gradients of the sum of the outputs compared for "
                  "differentiable operators. Do not edit by hand.")
     lines.append("")
+    lines += ["## How to run", "",
+              "```bash",
+              "# the full sweep (9 dtypes, every sample; ~6 min with 2 workers on 2 cores):",
+              "python -m torch_neuronx.testing.conformance --workers 2 --out /tmp/conformance \\",
+              "    --summary docs/conformance.md --chart docs/conformance.png",
+              "# the fast CI subset (~50 operators, 4 dtypes, 3 samples each; ~15 s):",
+              "python -m torch_neuronx.testing.conformance --subset fast",
+              "# one operator family while working on it:",
+              "python -m torch_neuronx.testing.conformance --ops nn.functional.conv2d --dtypes float32,float64",
+              "# pytest: the fast subset runs in the default command; the broader sweep is marked slow",
+              "python -m pytest -q tests/conformance            # add -m slow for the broader one",
+              "```", "",
+              "Options: `--ops a,b` (OpInfo `name` or `name.variant`), `--dtypes`, `--max-samples N` "
+              "(per operator and dtype), `--workers K` (spawned processes), `--no-grad`, `--out DIR` "
+              "(`results.csv` with one row per sample, `summary.md`), `--summary FILE`, `--chart FILE` "
+              "(PNG, needs matplotlib, skipped with a message without it), `--from-csv FILE` "
+              "(regenerate the reports), `--strict` (exit 1 on an unexpected outcome).", "",
+              "Outcomes: `pass`; `mismatch` (dtype, shape, strides, device or values differ from the "
+              "CPU, in the forward results or the float32 gradients of the sum of the outputs); "
+              "`error` (the device raised, including deferred errors raised by the "
+              "`torch.neuron.synchronize()` after each sample); `skipped` (with a category); `xfail` "
+              "and `xpass` from `torch_neuronx/testing/conformance/expectations.json`. An `xfail` "
+              "entry covers an (operator, variant, dtype) group: its failing samples become `xfail`; "
+              "if none fails, all become `xpass`, which the CI test rejects, so the file cannot rot. "
+              "Each entry has one of the categories unsupported-by-design (SPEC 1.4), "
+              "not-yet-lowered, low-precision-tolerance, upstream-test-issue, and a reason; "
+              "backend bugs say `backend bug:` with a reproducer. `mode` is `fallback` when "
+              "`torch_neuronx.get_fallback_ops()` is non-empty after the sample's device run.", ""]
     if seconds is not None:
         lines.append(f"Wall time: {seconds / 60:.1f} min.")
         lines.append("")
@@ -158,14 +189,17 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
               "on the host by policy and is not counted).", ""]
     fb = [(k, m) for k, m in sorted(s["ops_mode"].items()) if m["fallback"]]
     if fb:
-        lines += ["| operator | fallback samples | native samples | ATen operators that fell back |",
-                  "|---|---|---|---|"]
+        lines += ["| operator | fallback samples | native samples | reason | ATen operators that fell back |",
+                  "|---|---|---|---|---|"]
         for k, m in fb:
             lines.append(f"| {k} | {m['fallback']} | {m['native']} | "
+                         f"{'; '.join(sorted(m['reasons'])) or '-'} | "
                          f"{', '.join(sorted(m['fallback_ops'])) or '-'} |")
         lines.append("")
-        lines.append("Reason: these ATen overloads have no entry in the lowering table "
-                     "(`torch_neuronx/ops/lowering_table.py`), so the boxed CPU fallback ran them.")
+        lines.append("Reasons: *not in the lowering table* means these ATen overloads have no entry in "
+                     "`torch_neuronx/ops/lowering_table.py`, so the boxed CPU fallback ran them; "
+                     "*float64* means the sample itself computes in float64 (e.g. `dtype=torch.float64` "
+                     "arguments), which runs on the host by policy.")
         lines.append("")
     lines += [f"## Worst operators (top {top} by failing samples)", ""]
     if s["worst"]:

@@ -9,7 +9,7 @@ import warnings
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import _compat
+from . import opinfo
 from . import expectations as _exp
 
 DEVICE = "neuron"
@@ -29,6 +29,12 @@ FAST_OPS = (
 )
 FAST_DTYPES = ("float32", "bfloat16", "int64", "bool")
 FAST_MAX_SAMPLES = 3
+
+# Operators whose results are uninitialized memory: only dtype, shape and strides are compared.
+UNINITIALIZED_RESULT_OPS = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
+                            "empty_permuted"}
+# Tensor arguments that the operator requires on the CPU (as on CUDA): (op, position in args).
+CPU_ARGS = {("tensor_split", 0)}
 
 _COMPLEX_OR_SPARSE_NAMES = ("sparse.", "to_sparse", "fft.", "view_as_complex", "view_as_real",
                             "polar", "complex", "_refs.fft")
@@ -118,12 +124,13 @@ class _Mismatch(Exception):
     pass
 
 
-def compare(actual, expected, tol, check_strides: bool, path="out"):
+def compare(actual, expected, tol, check_strides: bool, path="out", check_values=True,
+            check_device=True):
     """Raise _Mismatch naming the first difference between a device result and the CPU one."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             raise _Mismatch(f"{path}: expected a tensor, got {type(actual).__name__}")
-        if expected.device.type == "cpu" and actual.device.type != DEVICE:
+        if check_device and actual.device.type != DEVICE:
             raise _Mismatch(f"{path}: result on {actual.device}, expected {DEVICE}")
         if actual.dtype != expected.dtype:
             raise _Mismatch(f"{path}: dtype {actual.dtype} != {expected.dtype}")
@@ -131,6 +138,8 @@ def compare(actual, expected, tol, check_strides: bool, path="out"):
             raise _Mismatch(f"{path}: shape {tuple(actual.shape)} != {tuple(expected.shape)}")
         if check_strides and expected.numel() > 1 and actual.stride() != expected.stride():
             raise _Mismatch(f"{path}: stride {actual.stride()} != {expected.stride()}")
+        if not check_values:
+            return
         kw = {} if tol is None else {"atol": tol[0], "rtol": tol[1]}
         try:
             torch.testing.assert_close(actual.detach().cpu(), expected.detach(), equal_nan=True,
@@ -143,13 +152,14 @@ def compare(actual, expected, tol, check_strides: bool, path="out"):
             raise _Mismatch(f"{path}: expected a sequence of {len(expected)}, got {type(actual).__name__}"
                             f"{'' if not isinstance(actual, (list, tuple)) else ' of ' + str(len(actual))}")
         for i, (a, e) in enumerate(zip(actual, expected)):
-            compare(a, e, tol, check_strides, f"{path}[{i}]")
+            compare(a, e, tol, check_strides, f"{path}[{i}]", check_values, check_device)
         return
     if isinstance(expected, dict):
         if not isinstance(actual, dict) or actual.keys() != expected.keys():
             raise _Mismatch(f"{path}: dict keys differ")
         for k in expected:
-            compare(actual[k], expected[k], tol, check_strides, f"{path}[{k!r}]")
+            compare(actual[k], expected[k], tol, check_strides, f"{path}[{k!r}]", check_values,
+                    check_device)
         return
     if isinstance(expected, float) and isinstance(actual, float):
         if expected != expected and actual != actual:
@@ -183,6 +193,15 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
     d_inp, d_args, d_kwargs = tree_map(_to_device, tree)
     if d_kwargs.get("device") in ("cpu", torch.device("cpu")):  # factory functions
         d_kwargs = dict(d_kwargs, device=DEVICE)
+    d_args = tuple(a.detach() if (op.name, i) in CPU_ARGS and isinstance(a, torch.Tensor) else d
+                   for i, (a, d) in enumerate(zip(sample.args, d_args)))
+    # Results must live on the device, unless the sample names the CPU itself (``x.to("cpu")``) or
+    # has neither a device tensor nor a ``device=`` (``torch.arange(2)``).
+    d_leaves = tree_flatten((d_inp, d_args, d_kwargs))[0]
+    check_device = (not any(x == "cpu" or (isinstance(x, torch.device) and x.type == "cpu")
+                            for x in d_leaves if isinstance(x, (str, torch.device)))
+                    and (any(isinstance(x, torch.Tensor) and x.device.type == DEVICE for x in d_leaves)
+                         or "device" in d_kwargs))
     cpu_leaves = [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
     dev_leaves = [t for t in tree_flatten((d_inp, d_args, d_kwargs))[0] if isinstance(t, torch.Tensor)]
     # Output strides are compared only when the device inputs have the CPU inputs' strides.
@@ -243,7 +262,8 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
 
     phase = "forward"
     try:
-        compare(actual, expected, tol, check_strides)
+        compare(actual, expected, tol, check_strides,
+                check_values=op.name not in UNINITIALIZED_RESULT_OPS, check_device=check_device)
         if cpu_grads is not None:
             phase = "backward"
             compare(list(dev_grads), list(cpu_grads), tol, False, "grad")
@@ -274,7 +294,7 @@ def run_op(key: str, dtype_names, max_samples=None, grad=True, expectations_path
     import torch_neuronx  # noqa: F401  (registers the device in spawned workers)
     exps = _exp.load(expectations_path)
     rows = []
-    ops = [op for op in _compat.find_ops([key]) if _compat.op_key(op) == key]
+    ops = [op for op in opinfo.find_ops([key]) if opinfo.op_key(op) == key]
     for op in ops:
         reason = _by_design_reason(op, dtype_names)
         if reason:
@@ -343,7 +363,7 @@ def run(ops=None, dtypes=None, max_samples=None, workers=1, subset=None, grad=Tr
         if d not in ALL_DTYPES:
             raise ValueError(f"unknown dtype {d!r}; choose among {', '.join(ALL_DTYPES)}")
     exps = _exp.load(expectations_path)
-    keys = [_compat.op_key(op) for op in _compat.find_ops(ops)]
+    keys = [opinfo.op_key(op) for op in opinfo.find_ops(ops)]
     keys = list(dict.fromkeys(keys))
     tasks = [(k, dtypes, max_samples, grad, expectations_path) for k in keys]
     rows = []

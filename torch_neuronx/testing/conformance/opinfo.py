@@ -1,30 +1,8 @@
-"""Import PyTorch's OpInfo database without the test-only packages it imports at module level.
+"""PyTorch's OpInfo database (``torch.testing._internal``, shipped with the wheel).
 
-``torch.testing._internal.common_utils`` imports ``expecttest`` (a PyTorch development
-dependency, not a dependency of the wheel). The conformance runner uses only the OpInfo data and
-sample generators, never ``expecttest``'s assertions, so a minimal stand-in is installed when the
-real package is missing.
+Importing it needs ``expecttest``, a dependency of this package for that reason.
 """
 from __future__ import annotations
-
-import sys
-import types
-import unittest
-
-
-def ensure_expecttest() -> None:
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("expecttest")
-
-        class TestCase(unittest.TestCase):  # the only name common_utils uses
-            pass
-
-        stub.TestCase = TestCase
-        stub.__torch_neuronx_stub__ = True
-        sys.modules["expecttest"] = stub
-
 
 _OP_DB = None
 
@@ -33,7 +11,6 @@ def op_db():
     """PyTorch's OpInfo list (``common_methods_invocations.op_db``), imported once (~10 s)."""
     global _OP_DB
     if _OP_DB is None:
-        ensure_expecttest()
         from torch.testing._internal.common_methods_invocations import op_db as db
         _OP_DB = db
     return _OP_DB
