@@ -105,3 +105,26 @@ def test_first_launch_raises_at_the_call():
 def test_mixed_devices_are_refused():
     with pytest.raises(RuntimeError, match="one neuron device"):
         sin_kernel(torch.randn(128, 1, device="neuron:0"), torch.empty(128, 1, device="neuron:1"))
+
+
+def test_nki_op_is_one_graph_node_under_torch_compile():
+    def f(x):
+        return nki_sin(x * 2) + 1
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    x = torch.randn(128, 4, device="neuron")
+    torch._dynamo.reset()
+    torch.compile(f, backend=capture, fullgraph=True)(x)
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert torch.ops.nki_device_test.nki_sin.default in targets
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    for _ in range(2):
+        y = compiled(x)
+    torch.testing.assert_close(y.cpu(), torch.sin(x.cpu() * 2) + 1)
+    torch._dynamo.reset()
