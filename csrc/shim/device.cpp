@@ -29,6 +29,14 @@ auto translate_runtime_errors(F&& f) -> decltype(f()) {
 }
 }  // namespace
 
+void check_supported_dtype(c10::ScalarType dtype, const std::string& op) {
+  TORCH_CHECK_TYPE(!c10::isComplexType(dtype), op, ": the neuron device does not support complex "
+                   "dtypes (got ", dtype, "). Keep complex tensors on the CPU, or represent them "
+                   "as real tensors with a trailing dimension of 2.");
+  TORCH_CHECK_TYPE(!c10::isQIntType(dtype), op, ": the neuron device does not support quantized "
+                   "dtypes (got ", dtype, "). Keep quantized tensors on the CPU.");
+}
+
 c10::DeviceIndex current_device() { return tls_device; }
 
 void set_current_device(c10::DeviceIndex index) {

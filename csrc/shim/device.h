@@ -20,6 +20,9 @@ void set_current_device(c10::DeviceIndex index);
 c10::Stream current_stream(c10::DeviceIndex index);
 void set_current_stream(const c10::Stream& stream);
 
+// Refuses dtypes the device does not hold (complex, quantized), naming the operation.
+void check_supported_dtype(c10::ScalarType dtype, const std::string& op);
+
 // The runtime core of a device; translates runtime exceptions into PyTorch errors.
 neuron_rt::Core& core(c10::DeviceIndex index);
 

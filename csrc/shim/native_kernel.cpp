@@ -267,8 +267,7 @@ class NativeKernel final : public c10::OperatorKernel {
                     "! (when checking arguments for ", name_, ")");
         const auto dtype = t.scalar_type();
         if (dtype == c10::ScalarType::Double) place.float64 = true;
-        TORCH_CHECK_TYPE(!c10::isComplexType(dtype), name_, ": the neuron device does not "
-                         "support complex dtypes (got ", dtype, ")");
+        check_supported_dtype(dtype, name_);
         if (bool_index_sync_ && (dtype == c10::ScalarType::Bool || dtype == c10::ScalarType::Byte))
           cacheable = false;
       } else {
@@ -649,10 +648,7 @@ void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack
   const size_t n = op.schema().arguments().size();
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
     const auto& v = stack[i];
-    if (v.isTensor() && v.toTensor().defined())
-      TORCH_CHECK_TYPE(!c10::isComplexType(v.toTensor().scalar_type()), name,
-                       ": the neuron device does not support complex dtypes (got ",
-                       v.toTensor().scalar_type(), "). Keep complex tensors on the CPU.");
+    if (v.isTensor() && v.toTensor().defined()) check_supported_dtype(v.toTensor().scalar_type(), name);
   }
   TORCH_CHECK(!strict_fallback, "neuron: operator '", name, "' would fall back to the CPU (", reason,
               ") but TORCH_NEURONX_STRICT_FALLBACK=1 forbids host execution. Unset it to allow the "

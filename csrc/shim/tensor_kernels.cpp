@@ -21,14 +21,6 @@ namespace torch_neuronx {
 
 namespace {
 
-void check_supported_dtype(c10::ScalarType dtype, const char* op) {
-  TORCH_CHECK_TYPE(!c10::isComplexType(dtype), op, ": the neuron device does not support complex "
-                   "dtypes (got ", dtype, "). Keep complex tensors on the CPU, or represent them "
-                   "as real tensors with a trailing dimension of 2.");
-  TORCH_CHECK_TYPE(!c10::isQIntType(dtype), op, ": the neuron device does not support quantized "
-                   "dtypes (got ", dtype, "). Keep quantized tensors on the CPU.");
-}
-
 c10::DeviceIndex device_index_or_current(std::optional<c10::Device> device) {
   return device && device->has_index() ? device->index() : current_device();
 }
@@ -129,8 +121,8 @@ at::Tensor& set_empty(at::Tensor& self) {
 // the caller may reuse its buffer at once and the copy stays ordered on the queue; device
 // to host waits for the current stream, as a blocking cudaMemcpy does.
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
-  static OpCounter& h2d = native_counter("aten::_copy_from");
-  h2d.launches++;
+  static OpCounter& copies = native_counter("aten::_copy_from");
+  copies.launches++;
   if (src.is_cpu()) {
     auto staging = src.clone();
     launch(dst.device().index(), [dst = snapshot(dst), staging] { host_alias(dst).copy_(staging); },

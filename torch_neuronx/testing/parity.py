@@ -45,17 +45,6 @@ def train(
     return losses, state
 
 
-def train_losses(
-    model_fn: Callable[[], nn.Module],
-    batches: Sequence[tuple[Tensor, Tensor]],
-    device: str | torch.device,
-    steps: int,
-    lr: float = 1e-3,
-    seed: int = 0,
-) -> list[float]:
-    """Per-step losses of :func:`train`."""
-    return train(model_fn, batches, device, steps, lr=lr, seed=seed)[0]
-
 
 def compare_losses(a: Sequence[float], b: Sequence[float]) -> float:
     """Maximum over steps of ``|a - b| / |b|`` (``b`` is the reference)."""
