@@ -84,12 +84,13 @@ bool is_copy(const std::string& name) {
          name.find("core to core") != std::string::npos;
 }
 
-// "cores=0,2;max_events_per_nc=100" (written by torch_neuronx.profiling.NeuronConfig).
+// "cores:0,2;max_events_per_nc:100": the CUSTOM_CONFIG value of the Kineto configuration that
+// torch_neuronx.profiling.NeuronConfig writes.
 void parse_custom_config(const std::string& text, Collector& c) {
   std::istringstream fields(text);
   std::string field;
   while (std::getline(fields, field, ';')) {
-    const auto eq = field.find('=');
+    const auto eq = field.find(':');
     if (eq == std::string::npos) continue;
     const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
     if (key == "cores") {
@@ -184,16 +185,22 @@ class Session final : public libkineto::IActivityProfilerSession {
 
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
 
+  // Operators and user scopes (record_function, e.g. "Torch-Compiled Region") share one id
+  // space: a kernel links to the innermost of either.
   void pushCorrelationId(uint64_t id) override { tls_correlation.push_back(id); }
-  void popCorrelationId() override {
-    if (!tls_correlation.empty()) tls_correlation.pop_back();
-  }
+  void popCorrelationId() override { pop(); }
+  void pushUserCorrelationId(uint64_t id) override { tls_correlation.push_back(id); }
+  void popUserCorrelationId() override { pop(); }
 
   std::unordered_map<std::string, std::string> getMetadata() override {
     return {{"neuron_simulated", "true"}, {"neuron_dropped_events", std::to_string(dropped_)}};
   }
 
  private:
+  static void pop() {
+    if (!tls_correlation.empty()) tls_correlation.pop_back();
+  }
+
   std::vector<Record> records_;
   size_t dropped_ = 0;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
@@ -257,7 +264,7 @@ struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
       core(start->device).queue.wait_event(*start);
       core(end->device).queue.wait_event(*end);
     });
-    return static_cast<float>(end->timestamp.load() - start->timestamp.load()) / 1e6f;
+    return static_cast<float>(end->timestamp.load() - start->timestamp.load()) / 1e3f;  // us, as PyTorch reads it
   }
 
   void mark(const char*) const override {}

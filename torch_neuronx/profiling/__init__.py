@@ -1,0 +1,15 @@
+"""Profiling on the neuron device (SPEC §1.7).
+
+``torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1])``
+records every kernel the simulated cores run, linked to the operator that launched it (the
+C++ side registers a Kineto child profiler). This package adds the Neuron-specific front end:
+``NeuronConfig`` (``experimental_config``), ``NeuronProfiler(nc).export_trace`` (``on_trace_ready``)
+writing the trace and Parquet analysis tables, the cost model for the target chip and
+``python -m torch_neuronx.profiling.report <dir>``.
+"""
+from __future__ import annotations
+
+from .config import NeuronConfig, ProfileMode
+from .exporter import NeuronProfiler
+
+__all__ = ["NeuronConfig", "ProfileMode", "NeuronProfiler"]
