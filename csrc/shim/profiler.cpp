@@ -48,6 +48,16 @@ struct Record {
 thread_local std::vector<uint64_t> tls_correlation;
 std::atomic<bool> recording{false};
 
+// PyTorch numbers operators from 1 in every session: launches tag the id with the session, so a
+// kernel launched in an earlier session (or before this one) is reported unlinked rather than
+// linked to an unrelated operator.
+constexpr int kSessionShift = 40;
+std::atomic<uint64_t> session_number{0};
+
+uint64_t untag(uint64_t tagged) {
+  return tagged >> kSessionShift == session_number.load() ? tagged & ((1ull << kSessionShift) - 1) : 0;
+}
+
 // What the active session collects; one session records at a time (Kineto's rule too).
 struct Collector {
   std::mutex mu;
@@ -58,6 +68,7 @@ struct Collector {
   size_t dropped = 0;
 
   void add(Record r) {
+    r.correlation = untag(r.correlation);
     std::lock_guard<std::mutex> lock(mu);
     if (!cores.empty() && !cores.count(r.device)) return;
     if (max_events_per_core && counts[r.device] >= max_events_per_core) {
@@ -117,6 +128,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   }
 
   void start() override {
+    session_number++;
     recording = true;
     neuron_rt::set_kernel_observer(&on_kernel);
     status_ = libkineto::TraceStatus::RECORDING;
@@ -299,7 +311,8 @@ const bool stubs_registered = [] {
 }  // namespace
 
 uint64_t correlation_id() {
-  return recording.load(std::memory_order_relaxed) && !tls_correlation.empty() ? tls_correlation.back() : 0;
+  if (!recording.load(std::memory_order_relaxed) || tls_correlation.empty()) return 0;
+  return session_number.load(std::memory_order_relaxed) << kSessionShift | tls_correlation.back();
 }
 
 FallbackSpan::FallbackSpan(int device, std::string name)

@@ -10,7 +10,7 @@
 namespace torch_neuronx::profiler {
 
 // Correlation id of the innermost framework operator on this thread while a profiler
-// records (Kineto pushes it at operator entry); 0 otherwise.
+// records (Kineto pushes it at operator entry), tagged with the session; 0 otherwise.
 uint64_t correlation_id();
 
 // Records a CPU fallback's host execution as an activity on the core's fallback lane: the

@@ -15,6 +15,7 @@ ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 
 
 def record(fn, **kwargs) -> profile:
+    torch.neuron.synchronize()  # kernels queued before the profile would be reported unlinked
     with profile(activities=ACTIVITIES, **kwargs) as prof:
         fn()
         torch.neuron.synchronize()

@@ -117,8 +117,8 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             op.fallback_ns += k.duration_ns()
         else:
             op.device_ns += k.duration_ns()
-        if kind != "native" or op.execution == "native":
-            op.execution = kind if kind != "native" else op.execution
+        if kind != "native":  # an operator's copies and bookkeeping kernels do not make it native
+            op.execution = kind
         if kind == "kernel-language":
             nki_launches[k.name()] += 1
             report = nki_reports.latest(k.name())
@@ -192,7 +192,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         engine_s.update(op.engine)
     framework_counts = Counter()
     for row in framework:
-        if row["estimated_engine"] and row["execution"] in ("native",):
+        if row["estimated_engine"] and row["execution"] == "native":  # one instruction stream per call
             framework_counts[row["estimated_engine"]] += row["calls"]
     active = [{"engine": e, "estimated_active_time_us": engine_s[e] * 1e6,
                "instruction_count": nki_engine_counts[e] + framework_counts[e],
