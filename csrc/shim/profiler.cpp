@@ -5,6 +5,7 @@
 // carry the innermost one to the queue, whose worker reports each kernel's interval. The
 // session turns those into CONCURRENT_KERNEL / GPU_MEMCPY activities (pid = core, tid =
 // stream) linked to the launching operator, which is what key_averages' device columns use.
+//
 // Kineto's GenericTraceActivity::addMetadata formats with fmt, whose compiled part libtorch does
 // not export: use fmt header-only in this file.
 #define FMT_HEADER_ONLY
@@ -21,7 +22,6 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>

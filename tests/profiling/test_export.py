@@ -123,7 +123,7 @@ def test_capture_enabled_for_nc_limits_the_recorded_cores(tmp_path):
         pytest.skip("needs two neuron cores")
     a = torch.randn(32, device="neuron:0")
     b = torch.randn(32, device="neuron:1")
-    _, prof = export(tmp_path, lambda: (a + 1, b + 1), capture_enabled_for_nc="1")
+    _, prof = export(tmp_path, lambda: (a + 1, b + 1), capture_enabled_for_nc="1", max_events_per_nc=100)
     kernels = [e for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.PrivateUse1]
     assert kernels and {k.device_index() for k in kernels} == {1}
 

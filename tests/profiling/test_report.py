@@ -59,9 +59,10 @@ def test_report_command_prints_hotspots_fallbacks_and_estimates(profile_dir):
     assert (run / "report.png").stat().st_size > 0
 
 
-def test_report_command_explains_a_missing_profile(tmp_path):
-    result = run_report(tmp_path)
-    assert result.returncode == 2 and "no exported profile" in result.stderr
+def test_report_explains_a_missing_profile(tmp_path, capsys):
+    from torch_neuronx.profiling import report
+    assert report.main([str(tmp_path)]) == 2
+    assert "no exported profile" in capsys.readouterr().err
 
 
 @pytest.mark.slow
