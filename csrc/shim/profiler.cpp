@@ -48,9 +48,9 @@ struct Record {
 thread_local std::vector<uint64_t> tls_correlation;
 std::atomic<bool> recording{false};
 
-// PyTorch numbers operators from 1 in every session: launches tag the id with the session, so a
-// kernel launched in an earlier session (or before this one) is reported unlinked rather than
-// linked to an unrelated operator.
+// PyTorch numbers operators from 1 in every session: ids are tagged with the session they were
+// pushed in, so a kernel launched in an earlier session (or under an operator whose exit Kineto
+// never delivered) is reported unlinked rather than linked to an unrelated operator.
 constexpr int kSessionShift = 40;
 std::atomic<uint64_t> session_number{0};
 
@@ -199,9 +199,9 @@ class Session final : public libkineto::IActivityProfilerSession {
 
   // Operators and user scopes (record_function, e.g. "Torch-Compiled Region") share one id
   // space: a kernel links to the innermost of either.
-  void pushCorrelationId(uint64_t id) override { tls_correlation.push_back(id); }
+  void pushCorrelationId(uint64_t id) override { push(id); }
   void popCorrelationId() override { pop(); }
-  void pushUserCorrelationId(uint64_t id) override { tls_correlation.push_back(id); }
+  void pushUserCorrelationId(uint64_t id) override { push(id); }
   void popUserCorrelationId() override { pop(); }
 
   std::unordered_map<std::string, std::string> getMetadata() override {
@@ -209,6 +209,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   }
 
  private:
+  static void push(uint64_t id) { tls_correlation.push_back(session_number.load() << kSessionShift | id); }
   static void pop() {
     if (!tls_correlation.empty()) tls_correlation.pop_back();
   }
@@ -311,8 +312,7 @@ const bool stubs_registered = [] {
 }  // namespace
 
 uint64_t correlation_id() {
-  if (!recording.load(std::memory_order_relaxed) || tls_correlation.empty()) return 0;
-  return session_number.load(std::memory_order_relaxed) << kSessionShift | tls_correlation.back();
+  return recording.load(std::memory_order_relaxed) && !tls_correlation.empty() ? tls_correlation.back() : 0;
 }
 
 FallbackSpan::FallbackSpan(int device, std::string name)

@@ -141,10 +141,23 @@ def test_max_events_per_nc_caps_the_recorded_kernels(tmp_path):
     ({"max_events_per_nc": -1}, "max_events_per_nc"),
     ({"correlate_device_time": False}, "correlate_device_time"),
     ({"modes": ["gpu"]}, "gpu"),
+    ({"target": "trn9"}, "trn9"),
 ])
 def test_config_errors_are_clear(kwargs, match):
     with pytest.raises(ValueError, match=match):
         NeuronConfig(**kwargs)
+
+
+def test_target_generation_selects_the_cost_model(tmp_path):
+    x = torch.randn(1 << 16, device="neuron")
+    x.relu()
+    trn2, _ = export(tmp_path / "trn2", lambda: x.relu(), target="trn2")
+    trn3, _ = export(tmp_path / "trn3", lambda: x.relu(), target="trn3")
+    assert trn3["Metadata"].to_pylist()[0]["target_generation"] == "trn3"
+
+    def relu_estimate(tables: dict) -> float:
+        return next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "aten::relu")["estimated_chip_time_us"]
+    assert relu_estimate(trn3) < relu_estimate(trn2)  # memory-bound: 4.9 vs 2.9 TB/s
 
 
 def test_profile_modes():

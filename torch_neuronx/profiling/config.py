@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import torch
 
 from ..runtime.topology import parse_core_list
+from .cost_model import hardware
 
 
 class ProfileMode(enum.Enum):
@@ -66,3 +67,4 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         self.correlate_device_time = correlate_device_time
         self.neff_cache_dir = neff_cache_dir
         self.target = target or current_topology().generation
+        hardware(self.target)  # refuses an unknown generation now rather than at export
