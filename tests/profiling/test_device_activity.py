@@ -64,6 +64,20 @@ def test_profiling_does_not_change_results():
     torch.testing.assert_close(plain, torch.softmax(x.cpu() @ w.cpu(), dim=-1))
 
 
+def test_profiled_training_matches_unprofiled_training():
+    from torch_neuronx.testing.parity import train
+    from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+    config = GPTConfig(n_layer=1, block_size=16)
+    batches = make_batches(2, 4, config.block_size, config.vocab_size, seed=0)
+    plain_losses, plain_state = train(lambda: TinyGPT(config), batches, "neuron", steps=3)
+    with profile(activities=ACTIVITIES) as prof:
+        losses, state = train(lambda: TinyGPT(config), batches, "neuron", steps=3)
+    assert losses == plain_losses
+    for name, tensor in plain_state.items():
+        torch.testing.assert_close(state[name], tensor, rtol=0, atol=0)
+    assert self_device_us(prof, "aten::addmm") > 0
+
+
 def test_cpu_fallback_is_timed_on_its_own_lane():
     x = torch.randn(16, device="neuron", dtype=torch.float64)  # float64 computes on the host
     with warnings.catch_warnings():  # the fallback warns once per process

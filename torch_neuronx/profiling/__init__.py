@@ -9,7 +9,17 @@ writing the trace and Parquet analysis tables, the cost model for the target chi
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .config import NeuronConfig, ProfileMode
-from .exporter import NeuronProfiler
 
 __all__ = ["NeuronConfig", "ProfileMode", "NeuronProfiler"]
+
+
+def __getattr__(name: str) -> Any:
+    # The exporter needs pyarrow; kernel-language kernels import this package (nki_reports) and
+    # should not pay for it.
+    if name == "NeuronProfiler":
+        from .exporter import NeuronProfiler
+        return NeuronProfiler
+    raise AttributeError(f"module 'torch_neuronx.profiling' has no attribute {name!r}")
