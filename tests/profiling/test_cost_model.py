@@ -23,6 +23,15 @@ def test_fp32_matmul_uses_the_fp32_tensor_rate():
     assert fp32.seconds > 3 * bf16.seconds  # 20 vs 79 TFLOP/s
 
 
+def test_addmm_and_bmm_use_pytorch_flop_formulas():
+    hw = cost_model.hardware("trn2")
+    addmm = cost_model.estimate("aten::addmm", [[64], [32, 128], [128, 64], [], []],
+                                ["float"] * 3 + ["Scalar"] * 2, [None, None, None, 1, 1], hw)
+    bmm = cost_model.estimate("aten::bmm", [[4, 32, 128], [4, 128, 64]], ["float"] * 2, None, hw)
+    assert addmm.engine == bmm.engine == "TensorE"
+    assert addmm.flops == 2 * 32 * 128 * 64 and bmm.flops == 4 * 2 * 32 * 128 * 64
+
+
 def test_elementwise_op_is_bound_by_hbm_bandwidth():
     n = 1 << 22
     hw = cost_model.hardware("trn2")

@@ -60,11 +60,15 @@ def _flops(name: str, shapes: list[list[int]], concrete: list[Any]) -> int | Non
     formula = flop_registry.get(packet) if packet is not None else None
     if formula is None:
         return None
-    args = [torch.Size(s) if s else c for s, c in zip(shapes, concrete + [None] * len(shapes))]
-    try:
-        return int(formula(*args, out_val=None))
-    except Exception:  # formulas that need the output shape or other arguments we lack
-        return None
+    # Formulas take the tensor shapes positionally, some also later arguments (convolution's
+    # `transposed`), others no more (addmm's beta/alpha): try with every argument, then shapes only.
+    full = [torch.Size(s) if s else c for s, c in zip(shapes, concrete + [None] * len(shapes))]
+    for args in (full, [torch.Size(s) for s in shapes if s]):
+        try:
+            return int(formula(*args, out_val=None))
+        except Exception:  # formulas that need the output shape or arguments we lack
+            continue
+    return None
 
 
 def estimate(name: str, shapes: list[list[int]], dtypes: list[str], concrete: list[Any] | None,
