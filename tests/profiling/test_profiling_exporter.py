@@ -68,7 +68,7 @@ def test_tables_have_the_documented_columns_and_estimates(tmp_path):
     assert mm["execution"] == "native" and mm["device_time_us"] > 0
     assert mm["estimated_engine"] == "TensorE" and mm["estimated_flops"] == 2 * 256**3
     assert ops["aten::relu"]["estimated_engine"] == "VectorE"
-    assert mm["source_location"] and "test_export.py" in mm["source_location"]
+    assert mm["source_location"] and "test_profiling_exporter.py" in mm["source_location"]
     [meta] = tables["Metadata"].to_pylist()
     assert meta["is_simulation"] is True and meta["chip_generation"] == "trn2"
     [summary] = tables["Summary"].to_pylist()
@@ -112,7 +112,7 @@ def test_kernel_language_instructions_come_from_the_simulator(tmp_path):
     instructions = tables["Instruction"].to_pylist()
     assert instructions and {r["kernel_name"] for r in instructions} == {"nki:cos_kernel"}
     assert {r["engine"] for r in instructions} >= {"DMA"}
-    assert all("test_export.py" in r["nki_source_location"] for r in instructions)
+    assert all("test_profiling_exporter.py" in r["nki_source_location"] for r in instructions)
     op = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "profiling_test::nki_cos")
     assert op["execution"] == "kernel-language" and op["estimated_chip_time_us"] > 0
     assert tables["OpcodeSummary"].num_rows > 0
