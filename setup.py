@@ -7,16 +7,20 @@ from setuptools import setup
 # Building must not load an installed (possibly stale) copy of this backend through torch's
 # backend auto-loading.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths  # noqa: E402
 
 sources = sorted(str(p) for p in Path("csrc").rglob("*.cpp"))
+# Kineto's headers ship in the wheel; the profiler (csrc/shim/profiler.cpp) registers a Kineto
+# child profiler, which needs them and USE_KINETO.
+kineto = [str(Path(p) / "kineto") for p in include_paths() if (Path(p) / "kineto").is_dir()]
 
 setup(
     ext_modules=[
         CppExtension(
             "torch_neuronx._C",
             sources,
-            extra_compile_args=["-O2", "-Wno-unused-parameter"],
+            include_dirs=kineto,
+            extra_compile_args=["-O2", "-Wno-unused-parameter", "-DUSE_KINETO"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},

@@ -19,6 +19,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from torch_neuronx import _C
+from torch_neuronx.profiling import nki_reports
 
 from . import runtime, simulator
 from .jit import numpy_dtype, to_numpy, torch_dtype
@@ -125,7 +126,8 @@ def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any
     def body() -> None:
         views = [numpy_view(h, w) if h is not None else a for h, w, a in zip(hosts, writable, flat)]
         positional, named = views[:len(args)], dict(zip(names, views[len(args):]))
-        result, _report = simulator.run(kernel, positional, named, grid)
+        result, report = simulator.run(kernel, positional, named, grid)
+        nki_reports.note(name, report)  # per-instruction tables of torch_neuronx.profiling
         if outputs is None:
             recorded.append(_describe(result, [v if isinstance(v, np.ndarray) else None for v in views]))
             recorded.append(result)

@@ -14,6 +14,12 @@ Nanos now_ns() {
   return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+std::atomic<KernelObserver> kernel_observer{nullptr};
+}
+
+void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; }
+
 HardwareQueue::HardwareQueue(int device, size_t max_inflight)
     : device_(device), max_inflight_(max_inflight) {
   streams_.push_back(Stream{0});  // stream 0: the default stream
@@ -170,11 +176,14 @@ void HardwareQueue::run() {
       streams_[stream].items.pop_front();
     }
     if (item.fn) {
+      const KernelObserver observer = kernel_observer.load();
+      const Nanos start = observer ? now_ns() : 0;
       try {
         item.fn();
       } catch (...) {
         store_error(item, std::current_exception());
       }
+      if (observer) observer(device_, stream, item.info, start, now_ns());
     }
     if (item.record_event) {
       item.record_event->timestamp = now_ns();

@@ -41,7 +41,14 @@ struct Event {
 struct LaunchInfo {
   std::string name;          // operation name, used in error messages
   std::string launch_stack;  // Python stack at launch, when stack capture is on
+  uint64_t correlation = 0;  // the launching framework operator, while a profiler records
 };
+
+// Called on a worker after each kernel with its execution interval; set only while a
+// profiler records, so kernels are not timed otherwise.
+using KernelObserver = void (*)(int device, int stream, const LaunchInfo& info, Nanos start,
+                                Nanos end);
+void set_kernel_observer(KernelObserver observer);
 
 class HardwareQueue {
  public:

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <vector>
 
+#include "profiler.h"
+
 namespace torch_neuronx {
 
 namespace {
@@ -95,7 +97,7 @@ static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::
                         bool wait) {
   auto& c = core(device);
   const int stream = static_cast<int>(current_stream(device).id());
-  neuron_rt::LaunchInfo info{std::move(name), launch_stack()};
+  neuron_rt::LaunchInfo info{std::move(name), launch_stack(), profiler::correlation_id()};
   if (!wait && !neuron_rt::Runtime::get().topology().launch_blocking) {
     c.queue.launch(stream, std::move(fn), std::move(info));
     return;

@@ -26,6 +26,7 @@
 #include "device.h"
 #include "generator.h"
 #include "op_tracking.h"
+#include "profiler.h"
 
 namespace torch_neuronx {
 
@@ -668,6 +669,7 @@ void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
   const size_t n = op.schema().arguments().size();
   const auto device = device_of(*stack, n);
   synchronize_device(device);
+  const profiler::FallbackSpan span(device, "cpu fallback: " + full_name(op.operator_name()));
   at::native::cpu_fallback(op, stack);
   // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
   // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).

@@ -1,0 +1,164 @@
+"""NeuronConfig / NeuronProfiler: the SPEC §2 example, the output layout and the Parquet tables."""
+from __future__ import annotations
+
+import os
+import warnings
+import socket
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
+from torch_neuronx.profiling.analysis import SCHEMAS
+
+
+def rms_norm(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def test_spec_profiler_example_runs_unchanged(tmp_path, capsys):
+    out_dir = str(tmp_path)
+    x = torch.randn(64, 256, device="neuron")
+    # --- SPEC §2, verbatim ---
+    from torch.profiler import profile, ProfilerActivity
+    from torch_neuronx.profiling import NeuronConfig, ProfileMode, NeuronProfiler
+    nc = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir=out_dir,
+                      capture_enabled_for_nc="0", correlate_device_time=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 experimental_config=nc, on_trace_ready=NeuronProfiler(nc).export_trace,
+                 schedule=torch.profiler.schedule(wait=2, warmup=1, active=1)) as prof:
+        for _ in range(4):
+            with torch.no_grad():
+                rms_norm(x)
+            torch.neuron.synchronize()
+            prof.step()
+    print(prof.key_averages().table(sort_by="self_privateuse1_time_total", row_limit=4))
+    # --- end of the example ---
+    table = capsys.readouterr().out
+    assert "Self NEURON" in table
+    device_ops = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    assert {e.key for e in device_ops} >= {"aten::mul", "aten::rsqrt"}
+    [run] = (tmp_path / f"{socket.gethostname()}_pid_{os.getpid()}").iterdir()
+    assert {p.name for p in run.iterdir()} >= {"framework_trace.json", *(f"{n}.parquet" for n in SCHEMAS)}
+
+
+def export(tmp_path: Path, fn, **kwargs) -> dict:
+    nc = NeuronConfig(profile_output_dir=tmp_path, **kwargs)
+    exporter = NeuronProfiler(nc)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
+                 on_trace_ready=exporter.export_trace, record_shapes=True, with_stack=True) as prof:
+        fn()
+        torch.neuron.synchronize()
+    out = exporter.last_output_dir
+    return {name: pq.read_table(out / f"{name}.parquet") for name in SCHEMAS}, prof
+
+
+def test_tables_have_the_documented_columns_and_estimates(tmp_path):
+    a = torch.randn(256, 256, device="neuron", dtype=torch.bfloat16)
+    a @ a
+    tables, _ = export(tmp_path, lambda: (a @ a).relu())
+    for name, schema in SCHEMAS.items():
+        assert tables[name].schema.equals(schema), name
+    ops = {r["op_name"]: r for r in tables["FrameworkOp"].to_pylist()}
+    mm = ops["aten::mm"]
+    assert mm["execution"] == "native" and mm["device_time_us"] > 0
+    assert mm["estimated_engine"] == "TensorE" and mm["estimated_flops"] == 2 * 256**3
+    assert ops["aten::relu"]["estimated_engine"] == "VectorE"
+    assert mm["source_location"] and "test_profiling_exporter.py" in mm["source_location"]
+    [meta] = tables["Metadata"].to_pylist()
+    assert meta["is_simulation"] is True and meta["chip_generation"] == "trn2"
+    [summary] = tables["Summary"].to_pylist()
+    assert summary["device_time_us"] > 0 and summary["estimated_chip_time_us"] > 0
+    assert 0 < summary["estimated_mfu"] <= 1
+    assert summary["TensorE_estimated_active_time_us"] > 0
+
+
+def test_fallback_is_charged_host_time_plus_transfer(tmp_path):
+    x = torch.randn(1024, device="neuron", dtype=torch.float64)
+    with warnings.catch_warnings():  # the fallback warns once per process
+        warnings.simplefilter("ignore")
+        torch.exp(x)
+    tables, _ = export(tmp_path, lambda: torch.exp(x))
+    exp = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "aten::exp")
+    assert exp["is_fallback"] and exp["host_fallback_time_us"] > 0
+    assert exp["estimated_chip_time_us"] > exp["host_fallback_time_us"]
+    assert tables["Summary"].to_pylist()[0]["fallback_ops"] >= 1
+
+
+def test_kernel_language_instructions_come_from_the_simulator(tmp_path):
+    import nki
+    import nki.language as nl
+    import torch_neuronx
+
+    @nki.jit
+    def cos_kernel(x, out):
+        t = nl.load(x[0:128])
+        nl.store(out[0:128], value=nl.cos(t))
+        return out
+
+    @torch_neuronx.nki_op("profiling_test::nki_cos", mutates_args={})
+    def nki_cos(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        cos_kernel(x, out)
+        return out
+
+    x = torch.randn(128, 1, device="neuron")
+    nki_cos(x)
+    tables, _ = export(tmp_path, lambda: nki_cos(x))
+    instructions = tables["Instruction"].to_pylist()
+    assert instructions and {r["kernel_name"] for r in instructions} == {"nki:cos_kernel"}
+    assert {r["engine"] for r in instructions} >= {"DMA"}
+    assert all("test_profiling_exporter.py" in r["nki_source_location"] for r in instructions)
+    op = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "profiling_test::nki_cos")
+    assert op["execution"] == "kernel-language" and op["estimated_chip_time_us"] > 0
+    assert tables["OpcodeSummary"].num_rows > 0
+
+
+def test_capture_enabled_for_nc_limits_the_recorded_cores(tmp_path):
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two neuron cores")
+    a = torch.randn(32, device="neuron:0")
+    b = torch.randn(32, device="neuron:1")
+    _, prof = export(tmp_path, lambda: (a + 1, b + 1), capture_enabled_for_nc="1", max_events_per_nc=100)
+    kernels = [e for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.PrivateUse1]
+    assert kernels and {k.device_index() for k in kernels} == {1}
+
+
+def test_max_events_per_nc_caps_the_recorded_kernels(tmp_path):
+    a = torch.randn(32, device="neuron")
+    a + 1
+    _, prof = export(tmp_path, lambda: [a + 1 for _ in range(10)], max_events_per_nc=3)
+    kernels = [e for e in prof.profiler.kineto_results.events() if e.device_type() == DeviceType.PrivateUse1]
+    assert len(kernels) == 3
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"capture_enabled_for_nc": "0-99"}, "capture_enabled_for_nc"),
+    ({"max_events_per_nc": -1}, "max_events_per_nc"),
+    ({"correlate_device_time": False}, "correlate_device_time"),
+    ({"modes": ["gpu"]}, "gpu"),
+    ({"target": "trn9"}, "trn9"),
+])
+def test_config_errors_are_clear(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NeuronConfig(**kwargs)
+
+
+def test_target_generation_selects_the_cost_model(tmp_path):
+    x = torch.randn(1 << 16, device="neuron")
+    x.relu()
+    trn2, _ = export(tmp_path / "trn2", lambda: x.relu(), target="trn2")
+    trn3, _ = export(tmp_path / "trn3", lambda: x.relu(), target="trn3")
+    assert trn3["Metadata"].to_pylist()[0]["target_generation"] == "trn3"
+
+    def relu_estimate(tables: dict) -> float:
+        return next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "aten::relu")["estimated_chip_time_us"]
+    assert relu_estimate(trn3) < relu_estimate(trn2)  # memory-bound: 4.9 vs 2.9 TB/s
+
+
+def test_profile_modes():
+    assert {m.name for m in ProfileMode} == {"DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY"}

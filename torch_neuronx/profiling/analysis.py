@@ -1,0 +1,240 @@
+"""Analysis tables of a recorded profile, named after the Neuron Explorer schema.
+
+Measured figures come from the simulator (device kernels timed on the simulated cores, CPU
+fallbacks timed on the host); every ``estimated_*`` column comes from the cost model for the
+target chip (:mod:`.cost_model`) or, for kernel-language kernels, from the kernel simulator's
+per-engine accounting. See docs/profiling.md for the columns.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import torch
+from torch.autograd import DeviceType
+
+from nki.simulator.cost_model import ENGINES, HardwareConfig
+
+from . import cost_model, nki_reports
+
+FALLBACK_PREFIX = "cpu fallback: "
+COMPILED_KERNEL = "neuron::compiled_graph"
+NKI_PREFIX = "nki:"
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "FrameworkOp": pa.schema([
+        ("op_name", pa.string()), ("execution", pa.string()), ("is_fallback", pa.bool_()),
+        ("calls", pa.int64()), ("launches", pa.int64()),
+        ("device_time_us", pa.float64()), ("host_fallback_time_us", pa.float64()),
+        ("estimated_chip_time_us", pa.float64()), ("estimated_engine", pa.string()),
+        ("estimated_bound", pa.string()), ("estimated_flops", pa.int64()),
+        ("estimated_bytes_moved", pa.int64()), ("source_location", pa.string()),
+    ]),
+    "Instruction": pa.schema([
+        ("kernel_name", pa.string()), ("launches", pa.int64()), ("index", pa.int64()),
+        ("engine", pa.string()), ("opcode", pa.string()), ("shape", pa.string()),
+        ("dtype", pa.string()), ("flops", pa.int64()), ("dma_bytes", pa.int64()),
+        ("estimated_cycles", pa.float64()), ("estimated_time_us", pa.float64()),
+        ("nki_source_location", pa.string()), ("program_id", pa.string()),
+    ]),
+    "OpcodeSummary": pa.schema([
+        ("engine", pa.string()), ("opcode", pa.string()), ("count", pa.int64()),
+        ("estimated_cycles", pa.float64()), ("estimated_time_us", pa.float64()),
+    ]),
+    "ActiveTime": pa.schema([
+        ("engine", pa.string()), ("estimated_active_time_us", pa.float64()),
+        ("instruction_count", pa.int64()), ("source", pa.string()),
+    ]),
+    "Summary": pa.schema([
+        ("steps", pa.int64()), ("wall_time_us", pa.float64()), ("device_time_us", pa.float64()),
+        ("host_fallback_time_us", pa.float64()), ("estimated_chip_time_us", pa.float64()),
+        ("estimated_step_time_us", pa.float64()), ("model_flops", pa.int64()), ("hardware_flops", pa.int64()),
+        ("estimated_mfu", pa.float64()), ("estimated_mbu", pa.float64()),
+        ("kernels", pa.int64()), ("fallback_ops", pa.int64()), ("unestimated_ops", pa.int64()),
+        *[(f"{e}_estimated_active_time_us", pa.float64()) for e in ENGINES],
+        *[(f"{e}_instructions", pa.int64()) for e in ENGINES],
+    ]),
+    "Metadata": pa.schema([
+        ("is_simulation", pa.bool_()), ("chip_generation", pa.string()),
+        ("target_generation", pa.string()), ("engine_clock_hz", pa.float64()),
+        ("cores", pa.int64()), ("cores_per_chip", pa.int64()), ("profiled_cores", pa.string()),
+        ("tensor_flops_bf16_per_core", pa.float64()), ("vector_flops_per_core", pa.float64()),
+        ("hbm_bytes_per_s_per_core", pa.float64()), ("host_link_bytes_per_s", pa.float64()),
+        ("modes", pa.string()), ("host", pa.string()), ("torch_version", pa.string()),
+        ("created_unix_s", pa.float64()), ("note", pa.string()),
+    ]),
+}
+
+
+@dataclass
+class _Op:
+    execution: str = "native"
+    calls: int = 0
+    launches: int = 0
+    device_ns: int = 0
+    fallback_ns: int = 0
+    estimated_s: float = 0.0
+    engine: Counter = field(default_factory=Counter)  # estimated seconds per engine
+    bound: Counter = field(default_factory=Counter)
+    flops: int = 0
+    bytes: int = 0
+    estimated: bool = False
+    source: str = ""
+
+
+def _kind(kernel: str) -> str:
+    if kernel.startswith(FALLBACK_PREFIX):
+        return "fallback"
+    if kernel == COMPILED_KERNEL:
+        return "compiled"
+    return "kernel-language" if kernel.startswith(NKI_PREFIX) else "native"
+
+
+def _source(stack: list[str]) -> str:
+    """Innermost user frame of a recorded stack (with_stack=True), skipping torch internals."""
+    return next((f for f in stack if "/torch/" not in f and "torch_neuronx/" not in f), "")
+
+
+def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes: list[str],
+           profiled_cores: str) -> dict[str, pa.Table]:
+    """The analysis tables of a finished profile (``prof`` as given to ``on_trace_ready``)."""
+    events = prof.profiler.kineto_results.events()
+    cpu = {e.correlation_id(): e for e in events if e.device_type() == DeviceType.CPU}
+    device = [e for e in events if e.device_type() == DeviceType.PrivateUse1]
+    ops: dict[str, _Op] = defaultdict(_Op)
+    seen_calls: set[int] = set()
+    nki_launches: Counter = Counter()
+    for k in device:
+        parent = cpu.get(k.linked_correlation_id())
+        name = parent.name() if parent is not None else k.name()
+        op, kind = ops[name], _kind(k.name())
+        op.launches += 1
+        if kind == "fallback":
+            op.fallback_ns += k.duration_ns()
+        else:
+            op.device_ns += k.duration_ns()
+        if kind != "native":  # an operator's copies and bookkeeping kernels do not make it native
+            op.execution = kind
+        if kind == "kernel-language":
+            nki_launches[k.name()] += 1
+            report = nki_reports.latest(k.name())
+            if report is not None:
+                op.estimated = True
+                op.estimated_s += report.estimated_seconds
+                op.flops += report.flops
+                op.bytes += report.dma_bytes
+                for engine, busy in report.engine_busy_seconds.items():
+                    op.engine[engine] += busy
+        if parent is None or k.linked_correlation_id() in seen_calls:
+            continue
+        seen_calls.add(k.linked_correlation_id())
+        op.calls += 1
+        op.source = op.source or _source(list(parent.stack()))
+        if kind == "kernel-language":
+            continue
+        est = cost_model.estimate(name, [list(s) for s in parent.shapes()], list(parent.dtypes()),
+                                  list(parent.concrete_inputs()), hw)
+        if est is None:
+            continue
+        op.estimated = True
+        op.flops += est.flops
+        op.bytes += est.bytes_moved
+        op.bound[est.bound] += 1
+        if kind == "fallback":
+            # Charged with its measured host time (below) plus moving its tensors both ways.
+            op.estimated_s += cost_model.transfer_seconds(est.bytes_moved)
+        else:
+            op.estimated_s += est.seconds
+            op.engine[est.engine] += est.seconds
+    for op in ops.values():
+        if op.execution == "fallback":
+            op.estimated = True
+            op.estimated_s += op.fallback_ns * 1e-9
+
+    framework = [{
+        "op_name": name, "execution": op.execution, "is_fallback": op.execution == "fallback",
+        "calls": op.calls, "launches": op.launches, "device_time_us": op.device_ns / 1e3,
+        "host_fallback_time_us": op.fallback_ns / 1e3,
+        "estimated_chip_time_us": op.estimated_s * 1e6 if op.estimated else None,
+        "estimated_engine": op.engine.most_common(1)[0][0] if op.engine else None,
+        "estimated_bound": op.bound.most_common(1)[0][0] if op.bound else None,
+        "estimated_flops": op.flops if op.estimated else None,
+        "estimated_bytes_moved": op.bytes if op.estimated else None,
+        "source_location": op.source or None,
+    } for name, op in sorted(ops.items(), key=lambda kv: -(kv[1].device_ns + kv[1].fallback_ns))]
+
+    instructions, opcodes, nki_engine_counts = [], defaultdict(lambda: [0, 0.0, 0.0]), Counter()
+    for kernel, launches in sorted(nki_launches.items()):
+        report = nki_reports.latest(kernel)
+        if report is None:
+            continue
+        for i, r in enumerate(report.instructions):
+            instructions.append({
+                "kernel_name": kernel, "launches": launches, "index": i, "engine": r.engine,
+                "opcode": r.opcode, "shape": str(tuple(r.shape)), "dtype": r.dtype, "flops": r.flops,
+                "dma_bytes": r.dma_bytes, "estimated_cycles": r.cycles,
+                "estimated_time_us": r.seconds * 1e6, "nki_source_location": r.location,
+                "program_id": str(tuple(r.program_id))})
+            agg = opcodes[(r.engine, r.opcode)]
+            agg[0] += launches
+            agg[1] += r.cycles * launches
+            agg[2] += r.seconds * 1e6 * launches
+            nki_engine_counts[r.engine] += launches
+    opcode_rows = [{"engine": e, "opcode": o, "count": c, "estimated_cycles": cy, "estimated_time_us": us}
+                   for (e, o), (c, cy, us) in sorted(opcodes.items())]
+
+    engine_s = Counter()
+    for op in ops.values():
+        engine_s.update(op.engine)
+    framework_counts = Counter()
+    for row in framework:
+        if row["estimated_engine"] and row["execution"] == "native":  # one instruction stream per call
+            framework_counts[row["estimated_engine"]] += row["calls"]
+    active = [{"engine": e, "estimated_active_time_us": engine_s[e] * 1e6,
+               "instruction_count": nki_engine_counts[e] + framework_counts[e],
+               "source": "cost model (framework ops) + kernel simulator (kernel-language ops)"}
+              for e in ENGINES]
+
+    starts = [e.start_ns() for e in events]
+    ends = [e.end_ns() for e in events]
+    wall_us = (max(ends) - min(starts)) / 1e3 if events else 0.0
+    estimated_s = sum(op.estimated_s for op in ops.values())
+    flops = sum(op.flops for op in ops.values())
+    moved = sum(op.bytes for op in ops.values())
+    cores_used = max(1, len({k.device_index() for k in device}))
+    steps = max(1, sum(e.name().startswith("ProfilerStep#") for e in cpu.values()))
+    summary = {
+        "steps": steps, "wall_time_us": wall_us,
+        "device_time_us": sum(op.device_ns for op in ops.values()) / 1e3,
+        "host_fallback_time_us": sum(op.fallback_ns for op in ops.values()) / 1e3,
+        "estimated_chip_time_us": estimated_s * 1e6,
+        "estimated_step_time_us": estimated_s * 1e6 / steps,
+        "model_flops": flops, "hardware_flops": flops,
+        "estimated_mfu": flops / (estimated_s * hw.tensor_flops_bf16 * cores_used) if estimated_s else None,
+        "estimated_mbu": moved / (estimated_s * hw.dma_bytes_per_s * cores_used) if estimated_s else None,
+        "kernels": len(device),
+        "fallback_ops": sum(op.execution == "fallback" for op in ops.values()),
+        "unestimated_ops": sum(not op.estimated for op in ops.values()),
+        **{f"{e}_estimated_active_time_us": engine_s[e] * 1e6 for e in ENGINES},
+        **{f"{e}_instructions": nki_engine_counts[e] + framework_counts[e] for e in ENGINES},
+    }
+    from ..runtime import current_topology
+    topo = current_topology()
+    metadata = {
+        "is_simulation": True, "chip_generation": topo.generation, "target_generation": target,
+        "engine_clock_hz": hw.clock_hz, "cores": len(topo.visible_cores),
+        "cores_per_chip": topo.cores_per_chip, "profiled_cores": profiled_cores,
+        "tensor_flops_bf16_per_core": hw.tensor_flops_bf16, "vector_flops_per_core": hw.vector_flops,
+        "hbm_bytes_per_s_per_core": hw.dma_bytes_per_s,
+        "host_link_bytes_per_s": cost_model.HOST_LINK_BYTES_PER_S, "modes": ",".join(modes),
+        "host": platform.node(), "torch_version": torch.__version__, "created_unix_s": time.time(),
+        "note": "device times are measured on the simulator; estimated_* columns are cost-model "
+                "estimates for the target chip, not measurements",
+    }
+    rows = {"FrameworkOp": framework, "Instruction": instructions, "OpcodeSummary": opcode_rows,
+            "ActiveTime": active, "Summary": [summary], "Metadata": [metadata]}
+    return {name: pa.Table.from_pylist(rows[name], schema=schema) for name, schema in SCHEMAS.items()}
