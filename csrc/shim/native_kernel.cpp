@@ -522,6 +522,18 @@ class NativeKernel final : public c10::OperatorKernel {
     return true;
   }
 
+  // An out= argument that is also an input (logical_and_ runs logical_and.out(self, self, other))
+  // runs on its alias, not on a copy: the kernel then sees the aliasing and refuses to broadcast
+  // into it, as on the CPU, instead of resizing it.
+  bool aliases_an_input(const std::vector<c10::IValue>& args, size_t out) const {
+    const at::Tensor& o = args[out].toTensor();
+    for (size_t j = 0; j < args.size(); ++j)
+      if (j != out && !is_out_[j] && kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
+          args[j].toTensor().defined() && args[j].toTensor().is_alias_of(o))
+        return true;
+    return false;
+  }
+
   static at::Tensor fixed_size_like(const at::Tensor& t) {
     const size_t nbytes = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize());
     c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(), false);
@@ -544,7 +556,8 @@ class NativeKernel final : public c10::OperatorKernel {
                         HostAliases alias;
                         results = host_args(args, alias, device);
                         for (size_t i = 0; i < kinds_.size(); ++i)
-                          if (is_out_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor()) {
+                          if (is_out_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() &&
+                              !aliases_an_input(args, i)) {
                             auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
                             out_clones.emplace_back(i, clone);
                             results[i] = clone;

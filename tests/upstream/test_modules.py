@@ -34,6 +34,20 @@ def _tensors(tree) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
+class _Mover:
+    """Copies tensors to the device once each: inputs passed twice (KLDivLoss(x, x)) stay one tensor."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.moved = device, {}
+
+    def __call__(self, t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        if id(t) not in self.moved:
+            self.moved[id(t)] = t.detach().to(self.device).requires_grad_(t.requires_grad)
+        return self.moved[id(t)]
+
+
 def _forward_backward(module: torch.nn.Module, args, kwargs):
     """Outputs, and gradients of their sum with respect to the inputs and parameters."""
     outputs = module(*args, **kwargs)
@@ -59,17 +73,17 @@ def _suite(name: str, module_list: Sequence[ModuleInfo]) -> type[TestCase]:
                 cpu_module = module_info.module_cls(*ctor.args, **ctor.kwargs).to(dtype).train(training)
                 args, kwargs = module_input.forward_input.args, module_input.forward_input.kwargs
                 module = copy.deepcopy(cpu_module).to(device)
-                to_device = lambda t: (t.detach().to(device).requires_grad_(t.requires_grad)  # noqa: E731
-                                       if isinstance(t, torch.Tensor) else t)
-                device_inputs = tree_map(to_device, (args, kwargs))
+                device_inputs = tree_map(_Mover(device), (args, kwargs))
                 if module_info.name in KNOWN_FAILURES:
                     with self.assertRaisesRegex(NotImplementedError, KNOWN_FAILURES[module_info.name]):
                         _forward_backward(module, *device_inputs)
                     continue
                 actual = _forward_backward(module, *device_inputs)
                 expected = _forward_backward(cpu_module, args, kwargs)
+                # Attention takes the CPU's flash kernel on the CPU and the math path on the device
+                # (expectations.json): float32 rounding differs slightly.
                 self.assertEqual(tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, actual),
-                                 expected, msg=module_input.desc)
+                                 expected, msg=module_input.desc, atol=1e-4, rtol=1e-4)
 
     Suite.__name__ = Suite.__qualname__ = name
     return Suite
