@@ -28,7 +28,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_neuronx.testing.conformance import expectations, opinfo, runner
 
-FAST_OPS = [op for op in op_db if op.name in runner.FAST_OPS]
+# The conformance runner's CI operators, plus those whose device bugs these tests found (out=
+# strides of a view into a workspace; in-place through out= on a broadcast input).
+FAST_OPS = [op for op in op_db if op.name in (*runner.FAST_OPS, "linalg.lstsq", "logical_and", "ldexp", "addr")]
 MAX_SAMPLES = 4
 RESIZE_WARNING = "An output with one or more elements was resized"
 _EXPECTATIONS = expectations.load()
@@ -180,14 +182,15 @@ def _suite(name: str, op_list: Sequence[OpInfo], dtypes: Sequence[torch.dtype]) 
                 if not isinstance(sample.input, torch.Tensor):
                     continue
                 for variant in filter(None, inplace):
-                    cpu_copy, copy = _to_cpu(sample), _clone(sample)
-                    versions = cpu_copy.input._version, copy.input._version
+                    cpu_copy, dev_copy = _to_cpu(sample), _clone(sample)
+                    versions = cpu_copy.input._version, dev_copy.input._version
                     cpu, cpu_error = _outcome(lambda: _call(variant, cpu_copy))
-                    actual, error = _outcome(lambda: _call(variant, copy))
+                    actual, error = _outcome(lambda: _call(variant, dev_copy))
                     self.assertEqual(error, cpu_error)
                     if error is None:
-                        self.assertIs(actual, copy.input)
-                        self.assertEqual(copy.input._version > versions[1], cpu_copy.input._version > versions[0])
+                        self.assertIs(actual, dev_copy.input)
+                        self.assertEqual(dev_copy.input._version > versions[1],
+                                         cpu_copy.input._version > versions[0])
                         self.assertEqual(_to_cpu(actual), cpu)
 
         @ops([op for op in op_list if op.supports_out], allowed_dtypes=dtypes)
