@@ -299,9 +299,7 @@ def by_design_reason(op, dtype_names):
 
 def run_op(key: str, dtype_names, max_samples=None, grad=True, expectations_path=None):
     """All rows of one OpInfo (``name`` or ``name.variant``) over ``dtype_names``."""
-    import torch_neuronx  # registers the device in spawned workers
-    # A device kernel that fails must show up as an error, not as a silent retry on the CPU.
-    torch_neuronx._C._set_retry_failed_kernels_on_cpu(False)
+    import torch_neuronx  # noqa: F401  (registers the device in spawned workers)
     exps = _exp.load(expectations_path)
     rows = []
     ops = [op for op in opinfo.find_ops([key]) if opinfo.op_key(op) == key]
@@ -349,6 +347,11 @@ def run_op(key: str, dtype_names, max_samples=None, grad=True, expectations_path
 def _worker(args):
     key, dtype_names, max_samples, grad, expectations_path = args
     t0 = time.perf_counter()
+    from torch_neuronx import _C
+    from torch_neuronx.ops.registration import _flag
+    # A device kernel that fails must show up as an error, not as a silent retry on the CPU;
+    # afterwards the process gets its policy back (the environment is its only other source).
+    _C._set_retry_failed_kernels_on_cpu(False)
     try:
         rows = run_op(key, dtype_names, max_samples, grad, expectations_path)
     except Exception:
@@ -356,6 +359,8 @@ def _worker(args):
                  "phase": "runner", "category": "", "mode": "", "fallback_ops": "",
                  "message": "runner: " + traceback.format_exc(limit=2).replace("\n", " ")[-300:],
                  "raw_outcome": "error", "seconds": 0.0}]
+    finally:
+        _C._set_retry_failed_kernels_on_cpu(not _flag("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
     return key, rows, time.perf_counter() - t0
 
 
