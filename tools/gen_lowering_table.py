@@ -193,28 +193,30 @@ _EXCLUDED_PREFIXES = (
     "_pin_memory", "is_pinned", "_copy_from", "copy_", "resize", "_resize", "set_", "as_strided", "empty",
     "_empty", "new_empty", "_local_scalar_dense", "view", "_reshape_alias", "alias", "lift", "record_stream",
     "_to_copy", "item", "_assert_tensor_metadata", "_functional_", "sym_",
-    # complex-only / LAPACK / FFT / RNN
+    # complex-only / FFT (complex intermediates) / RNN
     "complex", "polar", "_conj", "conj", "resolve_", "_neg_view", "real", "imag", "_fft", "fft_",
-    "linalg_", "_linalg_", "cholesky", "_cholesky", "lu_", "_lu_", "triangular_solve", "geqrf", "ormqr",
-    "orgqr", "lstm", "gru", "rnn_", "_thnn_", "_pack_padded", "_pad_packed", "_lstm",
+    "lstm", "gru", "rnn_", "_thnn_", "_pack_padded", "_pad_packed", "_lstm",
 )
 # is_set_to compares storages, which the CPU aliases do not share with the device tensors.
-_EXCLUDED_EXACT = {"unfold", "to", "is_set_to"}
-_KEEP_DESPITE_PREFIX = {"linalg_vector_norm", "linalg_cross", "linalg_vecdot"}
+# The general eigensolvers always return complex tensors, which the device refuses (SPEC 1.4).
+_EXCLUDED_EXACT = {"unfold", "to", "is_set_to", "linalg_eig", "linalg_eigvals", "_linalg_eigvals"}
 
 
 def _excluded(ov: torch._ops.OpOverload) -> bool:
     packet = ov._schema.name.removeprefix("aten::")
     if packet in _EXCLUDED_EXACT:
         return True
-    if packet.startswith(_EXCLUDED_PREFIXES) and packet not in _KEEP_DESPITE_PREFIX:
+    if packet.startswith(_EXCLUDED_PREFIXES):
         return True
     # Views and other aliasing outputs are implemented by the C++ view machinery.
     return any(r.alias_info is not None and not r.alias_info.is_write for r in ov._schema.returns)
 
 
-_SUFFIX = re.compile(r"(_backward(_data|_input|_weight)?|_forward(_output)?|_kernel|_jvp|_out)$")
+# Repeated: _prelu_kernel_backward is prelu.
+_SUFFIX = re.compile(r"(_backward(_data|_input|_weight)?|_forward(_output|_only)?|_kernel|_jvp|_out)+$")
 _FAMILY_NAMES: dict[str, set[str]] = {
+    # floor_divide has no pointwise tag (its rounding once differed from the other divisions).
+    "elementwise": {"floor_divide"},
     "random": {"native_dropout", "bernoulli", "normal", "uniform", "random", "exponential", "cauchy",
                "log_normal", "geometric", "multinomial", "randperm", "randint", "rand", "randn", "poisson",
                "standard_gamma", "sample_dirichlet", "binomial", "rrelu_with_noise", "dirichlet_grad"},
@@ -243,17 +245,20 @@ _FAMILY_NAMES: dict[str, set[str]] = {
                   "logsumexp", "all", "any", "count_nonzero", "cumsum", "cumprod", "cummax", "cummin",
                   "cummax_helper", "cummin_helper", "logcumsumexp", "histc", "bincount", "histogram",
                   "histogramdd_bin_edges", "histogramdd_from_bin_cts", "histogramdd_from_bin_tensors",
-                  "segment_reduce", "dist", "cdist", "euclidean_dist", "trace"},
+                  "segment_reduce", "dist", "cdist", "pdist", "euclidean_dist", "trace", "hash_tensor"},
     "shape": {"cat", "stack", "flip", "roll", "repeat", "tril", "triu", "diag_embed", "narrow_copy",
               "unfold", "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
               "replication_pad1d", "replication_pad2d", "replication_pad3d", "diagonal", "select", "slice",
               "rot90", "col2im", "im2col", "pixel_shuffle", "pixel_unshuffle",
               "channel_shuffle", "native_channel_shuffle", "tile", "repeat_interleave"},
 }
-_NORM = re.compile(r"(^|_)(layer|batch|group|instance|rms|weight)_norm")
+_NORM = re.compile(r"(^|_)(layer|batch|group|instance|rms|weight)_norm|^renorm")
 _CONV = ("slow_conv", "_slow_conv", "thnn_conv", "conv_depthwise", "_conv_depthwise", "conv_tbc")
 _POOL = re.compile(r"pool|upsample|grid_sampler|affine_grid")
 _LOSS = re.compile(r"loss|binary_cross_entropy|kl_div|ctc")
+# Factorizations and solvers (LAPACK on the host CPU): their out= kernels and results use
+# column-major layouts, which the device kernel reproduces from the first (recorded) run.
+_LINALG = re.compile(r"^_?(linalg_|cholesky|lu_unpack|triangular_solve|geqrf|ormqr)")
 
 
 def _packet_tags(functional: str) -> set[torch.Tag]:
@@ -286,12 +291,14 @@ def _family(ov: torch._ops.OpOverload) -> str | None:
     for family in ("matmul", "activation", "indexing", "creation", "comparison", "sorting"):
         if base in _FAMILY_NAMES[family]:
             return family
-    if Tag.pointwise in tags:
+    if Tag.pointwise in tags or base in _FAMILY_NAMES["elementwise"]:
         return "elementwise"
     if Tag.reduction in tags or base in _FAMILY_NAMES["reduction"]:
         return "reduction"
     if base in _FAMILY_NAMES["shape"] or Tag.view_copy in tags:
         return "shape"
+    if _LINALG.match(packet):
+        return "linalg"
     return None
 
 
@@ -307,6 +314,10 @@ def _mode(ov: torch._ops.OpOverload) -> str:
     name, packet = ov.name(), ov._schema.name.removeprefix("aten::")
     if name in _BOOL_INDEX_OPS:
         return "async"
+    # LAPACK kernels raise on data (not positive-definite, no convergence, rank-deficient gels):
+    # running synchronously raises at the call, as on the CPU, not at the next synchronization.
+    if _family(ov) == "linalg":
+        return "sync"
     data_dependent = {Tag.dynamic_output_shape, Tag.data_dependent_output} & set(ov.tags)
     non_tensor_return = any(str(r.type) not in _TENSOR_TYPES for r in ov._schema.returns)
     # Factories whose size comes from Scalar values (arange) stay async: for ops without
@@ -349,7 +360,7 @@ def _out_overload(ov: torch._ops.OpOverload) -> str | None:
 
 # ---------------------------------------------------------------- output
 
-_FAMILY_ORDER = ("elementwise", "activation", "comparison", "reduction", "sorting", "matmul", "attention",
+_FAMILY_ORDER = ("elementwise", "activation", "comparison", "reduction", "sorting", "matmul", "linalg", "attention",
                  "normalization", "loss", "conv", "pooling", "indexing", "shape", "creation", "random",
                  "foreach", "optimizer", "other")
 

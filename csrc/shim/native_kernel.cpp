@@ -106,6 +106,10 @@ struct TensorLayout {
   std::vector<int64_t> sizes, strides;
   c10::ScalarType dtype;
   bool defined = true;  // e.g. convolution_backward leaves unrequested gradients undefined
+  // out= arguments only: an operator may leave its output a view into a larger buffer
+  // (linalg_lstsq's solution is the first n rows of LAPACK's max(m, n)-row workspace).
+  int64_t storage_offset = 0;
+  size_t storage_nbytes = 0;
 };
 
 // Layout of the outputs of one signature: per return, either an argument it aliases
@@ -408,7 +412,16 @@ class NativeKernel final : public c10::OperatorKernel {
   // the CPU, when a non-empty output is resized).
   static void resize_out(const at::Tensor& out, const TensorLayout& layout) {
     at::native::resize_output(out, layout.sizes);
-    if (out.strides() != c10::IntArrayRef(layout.strides)) out.as_strided_(layout.sizes, layout.strides);
+    restride(out, layout);
+  }
+
+  // Strides, offset and storage size of a resized out= argument as the operator left them.
+  static void restride(const at::Tensor& out, const TensorLayout& layout) {
+    if (out.strides() == c10::IntArrayRef(layout.strides) && out.storage_offset() == layout.storage_offset)
+      return;
+    if (out.storage().nbytes() < layout.storage_nbytes)
+      out.resize_({static_cast<int64_t>(layout.storage_nbytes / out.itemsize())});
+    out.as_strided_(layout.sizes, layout.strides, layout.storage_offset);
   }
 
   void launch_planned(const c10::OperatorHandle& op, const Plan& plan, std::vector<c10::IValue> args,
@@ -510,6 +523,18 @@ class NativeKernel final : public c10::OperatorKernel {
     return true;
   }
 
+  // An out= argument that is also an input (logical_and_ runs logical_and.out(self, self, other))
+  // runs on its alias, not on a copy: the kernel then sees the aliasing and refuses to broadcast
+  // into it, as on the CPU, instead of resizing it.
+  bool aliases_an_input(const std::vector<c10::IValue>& args, size_t out) const {
+    const at::Tensor& o = args[out].toTensor();
+    for (size_t j = 0; j < args.size(); ++j)
+      if (j != out && !is_out_[j] && kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
+          args[j].toTensor().defined() && args[j].toTensor().is_alias_of(o))
+        return true;
+    return false;
+  }
+
   static at::Tensor fixed_size_like(const at::Tensor& t) {
     const size_t nbytes = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize());
     c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(), false);
@@ -532,7 +557,8 @@ class NativeKernel final : public c10::OperatorKernel {
                         HostAliases alias;
                         results = host_args(args, alias, device);
                         for (size_t i = 0; i < kinds_.size(); ++i)
-                          if (is_out_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor()) {
+                          if (is_out_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() &&
+                              !aliases_an_input(args, i)) {
                             auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
                             out_clones.emplace_back(i, clone);
                             results[i] = clone;
@@ -561,9 +587,10 @@ class NativeKernel final : public c10::OperatorKernel {
     for (auto& [i, clone] : out_clones) {
       at::Tensor out = args[i].toTensor();
       if (out.sizes() != clone.sizes()) {  // the operator resized its output (and warned)
-        TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type()};
+        TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type(), true,
+                            clone.storage_offset(), clone.storage().nbytes()};
         out.resize_(layout.sizes);
-        if (out.strides() != c10::IntArrayRef(layout.strides)) out.as_strided_(layout.sizes, layout.strides);
+        restride(out, layout);
         plan->out_resizes.emplace_back(i, std::move(layout));
       }
       launch(device, [out = snapshot(out), clone] { host_alias(out).copy_(clone); }, name_);

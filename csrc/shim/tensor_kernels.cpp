@@ -153,8 +153,14 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
 at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
   if (dst.sizes() != src.sizes()) {  // the kernel resized the output: adopt its layout too
     resize_(dst, src.sym_sizes(), std::nullopt);
-    if (dst.strides() != src.strides() && src.is_non_overlapping_and_dense())
-      const_cast<at::Tensor&>(dst).as_strided_(src.sizes(), src.strides(), dst.storage_offset());
+    if (src.is_non_overlapping_and_dense()) {
+      if (dst.strides() != src.strides())
+        const_cast<at::Tensor&>(dst).as_strided_(src.sizes(), src.strides(), dst.storage_offset());
+    } else {  // a view into a larger buffer (linalg_lstsq's solution in LAPACK's workspace)
+      const c10::SymInt numel(static_cast<int64_t>(src.storage().nbytes() / src.itemsize()));
+      if (dst.storage().nbytes() < src.storage().nbytes()) resize_(dst, {numel}, std::nullopt);
+      const_cast<at::Tensor&>(dst).as_strided_(src.sizes(), src.strides(), src.storage_offset());
+    }
   }
   return copy_from(src, dst, false);
 }

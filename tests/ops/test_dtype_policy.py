@@ -15,8 +15,12 @@ import torch_neuronx
 from torch_neuronx.ops.lowering_table import NATIVE_DTYPES, lowering_for
 from helpers import DEVICE, assert_same, check_twice, sync
 
-# An op without a lowering (verified below): linalg.det reaches aten::_linalg_det.result.
-FALLBACK_OP = "aten::_linalg_det.result"
+# An op without a lowering (verified below): the masked softmax of the transformer inference fast path.
+FALLBACK_OP = "aten::_masked_softmax"
+
+
+def fallback_fn(x: torch.Tensor) -> torch.Tensor:
+    return torch._masked_softmax(x, x > 10, 1)  # True masks an element out: none here
 
 
 def _fallback_warnings(caught):
@@ -226,13 +230,12 @@ def test_forward_ad_rejected():
 
 def test_fallback_op_is_not_in_table_and_falls_back():
     assert lowering_for(FALLBACK_OP) is None
-    assert lowering_for("aten::linalg_det") is None and lowering_for("aten::_linalg_det") is None
     a = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
     torch_neuronx.clear_op_tracking()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check_twice(torch.linalg.det, a, atol=1e-5, rtol=1e-5)  # 3 calls: CPU + 2 device
-        torch.linalg.det(a.to(DEVICE))
+        check_twice(fallback_fn, a, atol=1e-5, rtol=1e-5)  # 3 calls: CPU + 2 device
+        fallback_fn(a.to(DEVICE))
     assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 3}
     messages = _fallback_warnings(caught)
     assert len(messages) == 1 and FALLBACK_OP in messages[0], messages
@@ -241,7 +244,7 @@ def test_fallback_op_is_not_in_table_and_falls_back():
     assert torch_neuronx.get_fallback_ops() == {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        torch.linalg.det(a.to(DEVICE))
+        fallback_fn(a.to(DEVICE))
     assert len(_fallback_warnings(caught)) == 1
     assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 1}
 
@@ -249,8 +252,8 @@ def test_fallback_op_is_not_in_table_and_falls_back():
 def test_fallback_grad_matches_cpu():
     a = torch.randn(3, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)
     da = a.detach().to(DEVICE).requires_grad_()
-    torch.linalg.det(a).backward()
-    torch.linalg.det(da).backward()
+    fallback_fn(a).sum().backward()
+    fallback_fn(da).sum().backward()
     assert_same(a.grad, da.grad, atol=1e-5, rtol=1e-5)
 
 
@@ -267,7 +270,7 @@ def test_executed_ops_counts():
 def test_strict_mode_raises_and_device_stays_usable(strict_fallback):
     a = torch.randn(3, 3, device=DEVICE)
     with pytest.raises(RuntimeError, match="STRICT_FALLBACK") as info:
-        torch.linalg.det(a)
+        fallback_fn(a)
     assert FALLBACK_OP in str(info.value)
     with pytest.raises(RuntimeError, match="float64"):
         torch.ones(3, dtype=torch.float64, device=DEVICE).sum()
@@ -275,7 +278,7 @@ def test_strict_mode_raises_and_device_stays_usable(strict_fallback):
     for _ in range(2):
         assert_same(torch.ones(3, 3) * 3 + 1, torch.ones(3, 3, device=DEVICE) * 3 + 1)
     torch_neuronx.set_strict_fallback(False)
-    assert_same(torch.linalg.det(a.cpu()), torch.linalg.det(a), atol=1e-5, rtol=1e-5)
+    assert_same(fallback_fn(a.cpu()), fallback_fn(a), atol=1e-5, rtol=1e-5)
     sync()
 
 
@@ -283,7 +286,7 @@ def test_strict_mode_from_env():
     code = ("import torch, torch_neuronx\n"
             "x = torch.ones(2, 2, device='neuron') * 2\n"
             "try:\n"
-            "    torch.linalg.det(x)\n"
+            "    torch._masked_softmax(x, x > 10, 1)\n"
             "except RuntimeError as e:\n"
             "    print('RAISED', 'STRICT_FALLBACK' in str(e))\n"
             "print('VALUE', (x + 1).sum().item())\n")

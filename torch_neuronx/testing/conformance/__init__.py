@@ -1,7 +1,7 @@
 """Upstream conformance: PyTorch's OpInfo database on ``neuron``, compared with the CPU.
 
 ``python -m torch_neuronx.testing.conformance --help`` runs it; :func:`run` is the API. See
-``docs/conformance.md`` for the latest summary and how to regenerate it.
+``docs/operator-coverage.md`` for the latest summary and how to regenerate it.
 """
 from .expectations import CATEGORIES, DEFAULT_PATH as EXPECTATIONS_PATH, load as load_expectations
 from .report import read_csv, summarize, write_chart, write_csv, write_markdown

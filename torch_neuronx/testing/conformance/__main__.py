@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-grad", action="store_true", help="skip the gradient comparison")
     p.add_argument("--expectations", default=None, help="expectations JSON (default: the packaged one)")
     p.add_argument("--out", default=None, help="directory for results.csv and summary.md")
-    p.add_argument("--summary", default=None, help="write the Markdown summary here (e.g. docs/conformance.md)")
+    p.add_argument("--summary", default=None, help="write the Markdown summary here (docs/operator-coverage.md: its generated section)")
     p.add_argument("--chart", default=None, help="write the PNG chart here (needs matplotlib)")
     p.add_argument("--from-csv", default=None, help="regenerate summary/chart from a results CSV")
     p.add_argument("-q", "--quiet", action="store_true")

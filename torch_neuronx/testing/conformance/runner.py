@@ -85,7 +85,7 @@ def tolerance(op, dtype: torch.dtype):
     return atol, rtol
 
 
-def _is_unsupported_tensor(t) -> bool:
+def is_unsupported_tensor(t) -> bool:
     return isinstance(t, torch.Tensor) and (
         t.is_complex() or t.layout != torch.strided or t.is_nested)
 
@@ -174,11 +174,19 @@ def compare(actual, expected, tol, check_strides: bool, path="out", check_values
         raise _Mismatch(f"{path}: {actual!r} != {expected!r}")
 
 
-def _fallback_reason(inputs, outputs) -> str:
+FLOAT64_REASON = "float64 runs on the host (dtype policy, SPEC 1.4)"
+FLOAT64_INTERNAL_REASON = "float64 intermediate inside the operator (dtype policy, SPEC 1.4)"
+MISSING_REASON = "not in the lowering table"
+
+
+def _fallback_reason(fallback_ops, inputs, outputs) -> str:
+    from torch_neuronx.ops.lowering_table import lowering_for
+    if any(lowering_for(name) is None for name in fallback_ops):
+        return MISSING_REASON
+    # With kernel retries off (run_op), a table entry falls back only for float64 tensors: the
+    # sample's own, or ones the composite creates (linalg.pinv's float64 default tolerances).
     tensors = list(inputs) + [t for t in tree_flatten(outputs)[0] if isinstance(t, torch.Tensor)]
-    if any(t.dtype == torch.float64 for t in tensors):
-        return "float64 runs on the host (dtype policy, SPEC 1.4)"
-    return "not in the lowering table"
+    return FLOAT64_REASON if any(t.dtype == torch.float64 for t in tensors) else FLOAT64_INTERNAL_REASON
 
 
 def _run_sample(op, dtype_name, index, sample, tol, do_grad):
@@ -186,7 +194,7 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
     import torch_neuronx
     t0 = time.perf_counter()
     tree = (sample.input, sample.args, sample.kwargs)
-    if any(_is_unsupported_tensor(t) for t in tree_flatten(tree)[0]):
+    if any(is_unsupported_tensor(t) for t in tree_flatten(tree)[0]):
         return _row(op, dtype_name, index, "skipped", "complex/sparse/nested sample input",
                     category="unsupported-by-design")
     # Device copies first: the CPU run may mutate the sample's tensors.
@@ -221,7 +229,7 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
         return _row(op, dtype_name, index, "skipped", "CPU reference failed: " + _short(exc),
                     category="upstream-test-issue", seconds=time.perf_counter() - t0)
 
-    if any(_is_unsupported_tensor(t) for t in tree_flatten(expected)[0]):
+    if any(is_unsupported_tensor(t) for t in tree_flatten(expected)[0]):
         return _row(op, dtype_name, index, "skipped", "complex/sparse/nested result",
                     category="unsupported-by-design", seconds=time.perf_counter() - t0)
 
@@ -276,11 +284,11 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
     row = _row(op, dtype_name, index, "pass", mode=mode, fallback_ops=fb_text,
                seconds=time.perf_counter() - t0)
     if fb:
-        row["fallback_reason"] = _fallback_reason(dev_leaves, actual)
+        row["fallback_reason"] = _fallback_reason(fb, dev_leaves, actual)
     return row
 
 
-def _by_design_reason(op, dtype_names):
+def by_design_reason(op, dtype_names):
     if any(op.name.startswith(p) or p in op.name for p in _COMPLEX_OR_SPARSE_NAMES):
         return "operator on complex or sparse tensors (SPEC 1.4)"
     supported = op.supported_dtypes("cpu")
@@ -296,7 +304,7 @@ def run_op(key: str, dtype_names, max_samples=None, grad=True, expectations_path
     rows = []
     ops = [op for op in opinfo.find_ops([key]) if opinfo.op_key(op) == key]
     for op in ops:
-        reason = _by_design_reason(op, dtype_names)
+        reason = by_design_reason(op, dtype_names)
         if reason:
             rows.append(_row(op, "*", -1, "skipped", reason, category="unsupported-by-design"))
             continue
@@ -339,6 +347,11 @@ def run_op(key: str, dtype_names, max_samples=None, grad=True, expectations_path
 def _worker(args):
     key, dtype_names, max_samples, grad, expectations_path = args
     t0 = time.perf_counter()
+    from torch_neuronx import _C
+    from torch_neuronx.ops.registration import _flag
+    # A device kernel that fails must show up as an error, not as a silent retry on the CPU;
+    # afterwards the process gets its policy back (the environment is its only other source).
+    _C._set_retry_failed_kernels_on_cpu(False)
     try:
         rows = run_op(key, dtype_names, max_samples, grad, expectations_path)
     except Exception:
@@ -346,6 +359,8 @@ def _worker(args):
                  "phase": "runner", "category": "", "mode": "", "fallback_ops": "",
                  "message": "runner: " + traceback.format_exc(limit=2).replace("\n", " ")[-300:],
                  "raw_outcome": "error", "seconds": 0.0}]
+    finally:
+        _C._set_retry_failed_kernels_on_cpu(not _flag("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
     return key, rows, time.perf_counter() - t0
 
 
