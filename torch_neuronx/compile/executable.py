@@ -24,6 +24,8 @@ class Executable:
     """Callable with the boxed calling convention of AOTAutograd compilers."""
 
     def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, name: str) -> None:
+        """``compiled``: the host-compiled entry taking the boxed host inputs; ``gm``: the graph it
+        was compiled from, whose output metadata gives the outputs' layouts."""
         self._boxed_call = True  # an instance attribute: AOTAutograd's wrappers copy __dict__
         self.compiled = compiled
         self.outputs = _output_specs(gm)

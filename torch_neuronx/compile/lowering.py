@@ -17,16 +17,31 @@ class StaticShapeError(RuntimeError):
     """The graph has symbolic shapes, which compiled neuron executables do not support."""
 
 
-def check_static(example_inputs: list[Any]) -> None:
-    """Refuse symbolic sizes (``dynamic=True`` or automatic dynamic shapes)."""
-    for value in example_inputs:
-        sizes = [value] if isinstance(value, torch.SymInt) else (
-            [*value.shape, *value.stride()] if isinstance(value, torch.Tensor) else [])
-        if any(isinstance(s, torch.SymInt) for s in sizes):
+def is_symbolic(value: Any) -> bool:
+    """A SymInt, or a tensor with a symbolic size or stride."""
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+    return isinstance(value, torch.SymInt)
+
+
+def refuse_dynamic() -> StaticShapeError:
+    return StaticShapeError(
+        "torch.compile(backend='neuron'): the graph has dynamic shapes, but neuron executables "
+        "are compiled for static shapes. Call torch.compile(..., dynamic=False); a new input "
+        "shape then compiles a new executable.")
+
+
+def check_static(gm: fx.GraphModule) -> None:
+    """Refuse symbolic sizes, naming the first node that has one (e.g. a data-dependent output
+    size such as ``nonzero`` captured with ``capture_dynamic_output_shape_ops``)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if any(is_symbolic(v) for v in (val if isinstance(val, (list, tuple)) else [val])):
             raise StaticShapeError(
-                "torch.compile(backend='neuron'): the graph has dynamic shapes, but neuron executables "
-                "are compiled for static shapes. Call torch.compile(..., dynamic=False); a new input "
-                "shape then compiles a new executable.")
+                f"torch.compile(backend='neuron'): node '{node.name}' ({node.target}) has a "
+                f"symbolic size {val}; neuron executables are compiled for static shapes. Keep "
+                "data-dependent sizes out of the compiled region (a graph break, or "
+                "torch._dynamo.config.capture_dynamic_output_shape_ops=False).")
 
 
 def _to_host_device(graph: fx.Graph) -> None:
@@ -38,7 +53,7 @@ def _to_host_device(graph: fx.Graph) -> None:
 
 def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any]) -> tuple[fx.GraphModule, list[Any]]:
     """The graph and example inputs retargeted to the host: CPU fake tensors of the same layout."""
-    check_static(example_inputs)
+    check_static(gm)
     _to_host_device(gm.graph)
     gm.recompile()
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
