@@ -49,10 +49,16 @@ def _stage(name: str, graph: str) -> Iterator[None]:
 def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: str) -> tuple[str, Any]:
     """Lower and compile a graph: (the generated module's source, the compiled graph)."""
     from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.fx_passes.joint_graph import joint_graph_passes
+    from torch._inductor.virtualized import V
     with _stage("lowering", f"the {kind} graph of graph {graph_id}"):
         host_gm, host_inputs = lower_for_host(gm, example_inputs)
     artifacts.preserve(f"lowered/graph_{graph_id}_{kind}.py", host_gm.print_readable(print_output=False))
     with _stage("compiler", f"the {kind} graph of graph {graph_id}"):
+        # The passes Inductor's compile_fx applies before compile_fx_inner (RNG replacement,
+        # pattern rewrites): without them random ops do not lower.
+        with V.set_fake_mode(torch._guards.detect_fake_mode(host_inputs)):
+            joint_graph_passes(host_gm)
         compiled = compile_fx_inner(host_gm, host_inputs)
     metrics.count("executables_compiled")
     artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", compiled.source_code)
