@@ -2,19 +2,25 @@
 
 Median synchronized training-step time (forward, backward, AdamW) of TinyGPT and of a stack of
 elementwise/normalization layers where fusion matters, after warm-up (compilation excluded), and
-the first (compiling) step.
+the first (compiling) step. Then cold against warm start: two fresh processes run the first
+compiled TinyGPT step on one executable cache directory, empty for the first.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-import torch_neuronx  # noqa: F401  (registers the device)
+import torch_neuronx
 from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
 
 
@@ -65,10 +71,51 @@ def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, tor
     return times[0], statistics.median(times[2:])
 
 
+# A fresh process: the first compiled TinyGPT training step, timed from before the model exists.
+FIRST_STEP = """
+import json, time, torch, torch_neuronx
+from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+start = time.perf_counter()
+torch.manual_seed(0)
+config = GPTConfig()
+model = torch.compile(TinyGPT(config).to("neuron"), backend="neuron")
+x, y = (t.to("neuron") for t in make_batches(1, 8, config.block_size, config.vocab_size, seed=0)[0])
+loss = model(x, y)[1]
+loss.backward()
+loss.item()
+print(json.dumps({"first_step_s": time.perf_counter() - start, **torch_neuronx.get_dynamo_metrics()}))
+"""
+
+
+def start_times() -> None:
+    """Cold (empty cache) and warm start of the compiled TinyGPT step, each in a fresh process."""
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_neuronx.__file__)))
+    with tempfile.TemporaryDirectory() as cache_dir:
+        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache_dir, "PYTHONPATH": repo_root}
+        env.pop("TORCH_NEURONX_DISABLE_NEFF_CACHE", None)
+        print("Compiled TinyGPT first training step in a fresh process")
+        results = {}
+        for name in ("cold", "warm"):
+            start = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", FIRST_STEP], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            results[name] = {**json.loads(out.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
+            r = results[name]
+            print(f"  {name}: first step {r['first_step_s']:6.2f} s, process {r['process_s']:6.2f} s, "
+                  f"executables compiled {r['executables_compiled']}, cache hits {r['cache_hits']}")
+        ratio = results["cold"]["first_step_s"] / results["warm"]["first_step_s"]
+        print(f"  cold / warm first step: {ratio:.1f}x (target >= 5x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--only", choices=("steps", "start"), help="run one part")
     args = parser.parse_args()
+    if args.only != "steps":
+        start_times()
+    if args.only == "start":
+        return
     variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
                 ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
     for title, case in (("TinyGPT training step", gpt_case()), ("NormStack training step", stack_case())):
