@@ -115,3 +115,10 @@ def test_disabling_the_cache_compiles_every_time_and_writes_nothing(cache_dir, m
     metrics = torch_neuronx.get_dynamo_metrics()
     assert (metrics["executables_compiled"], metrics["cache_hits"], metrics["cache_misses"]) == (2, 0, 0)
     assert not cache_dir.exists()
+
+
+def test_inductor_keeps_its_own_cache_directory_for_cpu_compiles(cache_dir):
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    run_compiled(torch.randn(64))
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before
+    assert any((cache_dir / "inductor").iterdir())  # the neuron kernels were built in ours

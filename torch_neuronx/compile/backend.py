@@ -21,9 +21,11 @@ from torch._dynamo.backends.common import aot_autograd
 
 from . import artifacts, cache, metrics, settings
 from .executable import Executable
+from .flex_attention import accept_neuron_inputs
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
 
 _graph_ids = itertools.count()
+accept_neuron_inputs()  # Dynamo imports the backend when torch.compile names it, before tracing
 _KNOWN_OPTIONS = {"fallback_execution"}
 
 
@@ -49,10 +51,11 @@ def _stage(name: str, graph: str) -> Iterator[None]:
 def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: str) -> tuple[str, Any]:
     """Lower and compile a graph: (the generated module's source, the compiled graph)."""
     from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.fx_passes.joint_graph import joint_graph_passes
     from torch._inductor.virtualized import V
     with _stage("lowering", f"the {kind} graph of graph {graph_id}"):
-        host_gm, host_inputs = lower_for_host(gm, example_inputs)
+        host_gm, host_inputs = lower_for_host(gm, example_inputs, select_decomp_table())
     artifacts.preserve(f"lowered/graph_{graph_id}_{kind}.py", host_gm.print_readable(print_output=False))
     with _stage("compiler", f"the {kind} graph of graph {graph_id}"):
         # The passes Inductor's compile_fx applies before compile_fx_inner (RNG replacement,

@@ -12,6 +12,8 @@ import torch
 from torch import fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from .flex_attention import decompose_to_dense
+
 
 class StaticShapeError(RuntimeError):
     """The graph has symbolic shapes, which compiled neuron executables do not support."""
@@ -51,14 +53,20 @@ def _to_host_device(graph: fx.Graph) -> None:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
 
 
-def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any]) -> tuple[fx.GraphModule, list[Any]]:
-    """The graph and example inputs retargeted to the host: CPU fake tensors of the same layout."""
+def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions: dict[Any, Any]
+                   ) -> tuple[fx.GraphModule, list[Any]]:
+    """The graph and example inputs retargeted to the host: CPU fake tensors of the same layout.
+    ``decompositions`` (the compiler's table) applies to the ops the lowering introduces."""
     check_static(gm)
-    _to_host_device(gm.graph)
+    for module in gm.modules():  # subgraphs too, e.g. a FlexAttention mask_mod
+        if isinstance(module, fx.GraphModule):
+            _to_host_device(module.graph)
+            module.recompile()
+    decompose_to_dense(gm)
     gm.recompile()
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     with fake_mode:
         host_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
                        if isinstance(x, torch.Tensor) else x for x in example_inputs]
-        host_gm = make_fx(gm, tracing_mode="real")(*host_inputs)
+        host_gm = make_fx(gm, decompositions, tracing_mode="real")(*host_inputs)
     return host_gm, host_inputs
