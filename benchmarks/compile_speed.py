@@ -48,27 +48,42 @@ def stack_case() -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Ten
     return NormStack, (torch.randn(64, 256, generator=gen), torch.randn(64, 256, generator=gen))
 
 
-def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor], device: str,
-               backend: str | None, steps: int) -> tuple[float, float]:
-    """(first step seconds, median of the following steps)."""
-    torch._dynamo.reset()
-    time.sleep(0.05)  # let the other side's OpenMP threads stop spinning
-    torch.manual_seed(0)
-    model = model_fn().to(device)
-    if backend:
-        model = torch.compile(model, backend=backend)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = (t.to(device) for t in batch)
-    times = []
-    for _ in range(steps + 1):
+class Variant:
+    """One model, optimizer and batch on a device, optionally compiled; ``step`` runs one
+    synchronized training step."""
+
+    def __init__(self, model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
+                 device: str, backend: str | None) -> None:
+        torch.manual_seed(0)
+        model = model_fn().to(device)
+        self.model = torch.compile(model, backend=backend) if backend else model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        self.x, self.y = (t.to(device) for t in batch)
+
+    def step(self) -> float:
         start = time.perf_counter()
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
+        self.optimizer.zero_grad()
+        loss = self.model(self.x, self.y)[1]
         loss.backward()
-        optimizer.step()
+        self.optimizer.step()
         loss.item()
-        times.append(time.perf_counter() - start)
-    return times[0], statistics.median(times[2:])
+        return time.perf_counter() - start
+
+
+def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
+               variants: list[tuple[str, str, str | None]], steps: int) -> dict[str, tuple[float, float]]:
+    """Per variant: (first step seconds, median step seconds). After each variant's first step,
+    the variants take turns step by step, so load from other processes on this shared machine
+    falls on all of them alike."""
+    torch._dynamo.reset()
+    runs = {name: Variant(model_fn, batch, device, backend) for name, device, backend in variants}
+    first = {name: run.step() for name, run in runs.items()}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(steps):
+        for name, run in runs.items():
+            time.sleep(0.01)  # let the previous variant's OpenMP threads stop spinning
+            times[name].append(run.step())
+    return {name: (first[name], statistics.median(times[name][1:])) for name in runs}
 
 
 # A fresh process: the first compiled TinyGPT training step, timed from before the model exists.
@@ -119,8 +134,8 @@ def main() -> None:
     variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
                 ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
     for title, case in (("TinyGPT training step", gpt_case()), ("NormStack training step", stack_case())):
-        print(f"{title} (median of {args.steps - 1} steps after the first)")
-        results = {name: step_times(*case, device, backend, args.steps) for name, device, backend in variants}
+        print(f"{title} (median of {args.steps - 1} interleaved steps after the first two)")
+        results = step_times(*case, variants, args.steps)
         for name, (first, median) in results.items():
             print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
         compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))
