@@ -43,6 +43,20 @@ def _allocate(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
     return buffer
 
 
+def _layout(t: torch.Tensor) -> tuple[Any, ...]:
+    return t.shape, t.stride(), t.dtype
+
+
+def _same_memory_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same elements at the same offsets: strides of size-1 dimensions do not matter."""
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and all(x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n > 1))
+
+
+def _in_place(out: torch.Tensor, result: torch.Tensor) -> bool:
+    return result.data_ptr() == out.data_ptr() and _layout(result) == _layout(out)
+
+
 def _output_specs(gm: fx.GraphModule) -> list[Any]:
     output = next(n for n in gm.graph.nodes if n.op == "output")
     return [node.meta.get("val") if isinstance(node, fx.Node) else node for node in output.args[0]]
@@ -52,8 +66,8 @@ def _fill(outputs: list[Any], results: list[Any]) -> None:
     """Copy each tensor result not computed in its own output. A result viewing the memory of
     an output computed in place is cloned first, so no copy overwrites what is still to be read."""
     tensors = [(out, result) for out, result in zip(outputs, results) if isinstance(out, torch.Tensor)]
-    in_place = {out.data_ptr() for out, result in tensors if result is out}
-    pending = [(out, result) for out, result in tensors if result is not out]
+    in_place = {out.data_ptr() for out, result in tensors if _in_place(out, result)}
+    pending = [(out, result) for out, result in tensors if not _in_place(out, result)]
     for out, result in pending:
         out.copy_(result.clone() if result.untyped_storage().data_ptr() in in_place else result)
 
@@ -70,19 +84,32 @@ class Executable:
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
         self.outputs = _output_specs(gm)
         self.name = name
-        self.output_of_allocation: dict[int, int] | None = None  # learned on the first call
+        # Learned on the first call: output index per allocation position, input per output.
+        self.output_of_allocation: dict[int, int] | None = None
+        self.input_of_output: dict[int, int] = {}
 
-    def _learn(self, made: list[torch.Tensor], results: list[Any]) -> None:
-        position = {id(buffer): k for k, buffer in enumerate(made)}
-        self.output_of_allocation = {position[id(r)]: i for i, (r, spec) in enumerate(zip(results, self.outputs))
-                                     if id(r) in position and isinstance(spec, torch.Tensor)
-                                     and (r.shape, r.stride(), r.dtype) == (spec.shape, spec.stride(), spec.dtype)}
+    def _learn(self, made: list[torch.Tensor], hosts: list[Any], results: list[Any]) -> None:
+        # Results are matched by address: the generated code may return a reinterpretation of a
+        # buffer. Freed buffers' memory is reused, and the last allocation at an address is live.
+        position = {buffer.data_ptr(): k for k, buffer in enumerate(made)}
+        input_index = {id(host): j for j, host in enumerate(hosts)}
+        self.output_of_allocation, self.input_of_output = {}, {}
+        for i, (result, spec) in enumerate(zip(results, self.outputs)):
+            if not (isinstance(spec, torch.Tensor) and isinstance(result, torch.Tensor)
+                    and _layout(result) == _layout(spec)):
+                continue
+            k = position.get(result.data_ptr())
+            if id(result) in input_index:
+                self.input_of_output[i] = input_index[id(result)]
+            elif k is not None and k not in self.output_of_allocation and _same_memory_layout(made[k], spec):
+                self.output_of_allocation[k] = i
 
     def __call__(self, args: list[Any]) -> list[Any]:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
-        outputs = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
-                   if isinstance(v, torch.Tensor) else v for v in self.outputs]
         inputs = list(args)
+        outputs = [inputs[self.input_of_output[i]] if i in self.input_of_output
+                   else torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
+                   if isinstance(v, torch.Tensor) else v for i, v in enumerate(self.outputs)]
         args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
 
         def kernel() -> None:
@@ -91,11 +118,11 @@ class Executable:
             plan = {k: aliases[i] for k, i in (self.output_of_allocation or {}).items()}
             _running.allocations = allocations = _Allocations(plan)
             try:
-                results = self.compiled(hosts)
+                results = self.compiled(list(hosts))  # the boxed call empties its list
             finally:
                 _running.allocations = None
             if self.output_of_allocation is None:
-                self._learn(allocations.made, results)
+                self._learn(allocations.made, hosts, results)
             _fill(aliases, results)
 
         _C._launch_python_kernel(device.index, kernel, self.name, False)
