@@ -79,7 +79,7 @@ def run_compiled(x: torch.Tensor) -> torch.Tensor:
 
 
 def entries(cache_dir: Path) -> list[Path]:
-    return [p for p in cache_dir.glob("??/*.py")]
+    return list(cache_dir.glob("??/*.py"))
 
 
 def test_a_corrupt_entry_warns_recompiles_and_is_overwritten(cache_dir):
