@@ -2,19 +2,25 @@
 
 Median synchronized training-step time (forward, backward, AdamW) of TinyGPT and of a stack of
 elementwise/normalization layers where fusion matters, after warm-up (compilation excluded), and
-the first (compiling) step.
+the first (compiling) step. Then cold against warm start: two fresh processes run the first
+compiled TinyGPT step on one executable cache directory, empty for the first.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-import torch_neuronx  # noqa: F401  (registers the device)
+import torch_neuronx
 from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
 
 
@@ -42,38 +48,94 @@ def stack_case() -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Ten
     return NormStack, (torch.randn(64, 256, generator=gen), torch.randn(64, 256, generator=gen))
 
 
-def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor], device: str,
-               backend: str | None, steps: int) -> tuple[float, float]:
-    """(first step seconds, median of the following steps)."""
-    torch._dynamo.reset()
-    time.sleep(0.05)  # let the other side's OpenMP threads stop spinning
-    torch.manual_seed(0)
-    model = model_fn().to(device)
-    if backend:
-        model = torch.compile(model, backend=backend)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = (t.to(device) for t in batch)
-    times = []
-    for _ in range(steps + 1):
+class Variant:
+    """One model, optimizer and batch on a device, optionally compiled; ``step`` runs one
+    synchronized training step."""
+
+    def __init__(self, model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
+                 device: str, backend: str | None) -> None:
+        torch.manual_seed(0)
+        model = model_fn().to(device)
+        self.model = torch.compile(model, backend=backend) if backend else model
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        self.x, self.y = (t.to(device) for t in batch)
+
+    def step(self) -> float:
         start = time.perf_counter()
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
+        self.optimizer.zero_grad()
+        loss = self.model(self.x, self.y)[1]
         loss.backward()
-        optimizer.step()
+        self.optimizer.step()
         loss.item()
-        times.append(time.perf_counter() - start)
-    return times[0], statistics.median(times[2:])
+        return time.perf_counter() - start
+
+
+def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
+               variants: list[tuple[str, str, str | None]], steps: int) -> dict[str, tuple[float, float]]:
+    """Per variant: (first step seconds, median step seconds). After each variant's first step,
+    the variants take turns step by step, so load from other processes on this shared machine
+    falls on all of them alike."""
+    torch._dynamo.reset()
+    runs = {name: Variant(model_fn, batch, device, backend) for name, device, backend in variants}
+    first = {name: run.step() for name, run in runs.items()}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(steps):
+        for name, run in runs.items():
+            time.sleep(0.01)  # let the previous variant's OpenMP threads stop spinning
+            times[name].append(run.step())
+    return {name: (first[name], statistics.median(times[name][1:])) for name in runs}
+
+
+# A fresh process: the first compiled TinyGPT training step, timed from before the model exists.
+FIRST_STEP = """
+import json, time, torch, torch_neuronx
+from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+start = time.perf_counter()
+torch.manual_seed(0)
+config = GPTConfig()
+model = torch.compile(TinyGPT(config).to("neuron"), backend="neuron")
+x, y = (t.to("neuron") for t in make_batches(1, 8, config.block_size, config.vocab_size, seed=0)[0])
+loss = model(x, y)[1]
+loss.backward()
+loss.item()
+print(json.dumps({"first_step_s": time.perf_counter() - start, **torch_neuronx.get_dynamo_metrics()}))
+"""
+
+
+def start_times() -> None:
+    """Cold (empty cache) and warm start of the compiled TinyGPT step, each in a fresh process."""
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_neuronx.__file__)))
+    with tempfile.TemporaryDirectory() as cache_dir:
+        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache_dir, "PYTHONPATH": repo_root}
+        env.pop("TORCH_NEURONX_DISABLE_NEFF_CACHE", None)
+        print("Compiled TinyGPT first training step in a fresh process")
+        results = {}
+        for name in ("cold", "warm"):
+            start = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", FIRST_STEP], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            results[name] = {**json.loads(out.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
+            r = results[name]
+            print(f"  {name}: first step {r['first_step_s']:6.2f} s, process {r['process_s']:6.2f} s, "
+                  f"executables compiled {r['executables_compiled']}, cache hits {r['cache_hits']}")
+        ratio = results["cold"]["first_step_s"] / results["warm"]["first_step_s"]
+        print(f"  cold / warm first step: {ratio:.1f}x (target >= 5x)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--only", choices=("steps", "start"), help="run one part")
     args = parser.parse_args()
+    if args.only != "steps":
+        start_times()
+    if args.only == "start":
+        return
     variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
                 ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
     for title, case in (("TinyGPT training step", gpt_case()), ("NormStack training step", stack_case())):
-        print(f"{title} (median of {args.steps - 1} steps after the first)")
-        results = {name: step_times(*case, device, backend, args.steps) for name, device, backend in variants}
+        print(f"{title} (median of {args.steps - 1} interleaved steps after the first two)")
+        results = step_times(*case, variants, args.steps)
         for name, (first, median) in results.items():
             print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
         compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))

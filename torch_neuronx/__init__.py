@@ -45,6 +45,7 @@ __all__ = [
     "set_strict_fallback", "synchronize", "device_count", "current_device", "set_device",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_stats", "memory_summary", "reset_peak_memory_stats", "empty_cache", "nki_op",
+    "get_dynamo_metrics", "reset_dynamo_metrics",
 ]
 
 
@@ -54,3 +55,15 @@ def __getattr__(name: str):
         from nki.custom_op import nki_op
         return nki_op
     raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
+
+
+def get_dynamo_metrics() -> dict:
+    """Counters and compile times of ``torch.compile(backend="neuron")`` (see docs/compile.md)."""
+    from .compile.metrics import get_dynamo_metrics
+    return get_dynamo_metrics()
+
+
+def reset_dynamo_metrics() -> None:
+    """Zero the counters and compile times returned by :func:`get_dynamo_metrics`."""
+    from .compile.metrics import reset_dynamo_metrics
+    reset_dynamo_metrics()

@@ -83,3 +83,59 @@ def test_cpu_compilation_in_the_same_process_is_unaffected():
     cpu_model = mlp()
     x = torch.randn(4, 16)
     torch.testing.assert_close(torch.compile(cpu_model)(x), cpu_model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_new_shapes_compile_static_executables_while_cpu_inductor_goes_dynamic():
+    from torch._dynamo.utils import counters
+    torch_neuronx.reset_dynamo_metrics()
+    cpu, dev = mlp(), torch.compile(mlp().to("neuron"), backend="neuron")
+    for rows in (4, 6, 9):
+        x = torch.randn(rows, 16)
+        torch.testing.assert_close(dev(x.to("neuron")).cpu(), cpu(x), rtol=1e-5, atol=1e-6)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["recompilations"] == 2 and metrics["executables_compiled"] + metrics["cache_hits"] == 3
+
+    frames_before = counters["frames"]["ok"]
+    cpu_compiled = torch.compile(lambda x: x.sin() * 2)
+    for rows in (4, 6, 9):
+        cpu_compiled(torch.randn(rows))
+    # Inductor's default: static, then one dynamic graph for every later size.
+    assert counters["frames"]["ok"] - frames_before == 2
+
+
+def test_mode_is_accepted_with_a_warning():
+    compiled = torch.compile(mlp().to("neuron"), backend="neuron", mode="max-autotune")
+    with pytest.warns(UserWarning, match="mode='max-autotune' has no effect"):
+        compiled(torch.randn(2, 16, device="neuron"))
+
+
+def nonzero_count(x: torch.Tensor) -> torch.Tensor:
+    return x.nonzero().float().sum() + x.sum()
+
+
+@pytest.fixture
+def data_dependent_shapes(monkeypatch):
+    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+
+
+def test_a_failing_stage_raises_naming_the_stage_and_the_node(data_dependent_shapes):
+    with pytest.raises(Exception, match=r"(?s)stage 'lowering' failed.*node 'nonzero'.*"
+                                        r"TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0"):
+        torch.compile(nonzero_count, backend="neuron")(torch.randn(8, device="neuron"))
+    torch.testing.assert_close((torch.ones(2, device="neuron") * 3).cpu(), torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize("switch", ["env", "option"])
+def test_the_fallback_switch_runs_a_failing_graph_eagerly(data_dependent_shapes, monkeypatch, switch):
+    options = None
+    if switch == "env":
+        monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    else:
+        options = {"fallback_execution": True}
+    torch_neuronx.reset_dynamo_metrics()
+    x = torch.tensor([0.0, 1.5, 0.0, -2.0])
+    compiled = torch.compile(nonzero_count, backend="neuron", options=options)
+    with pytest.warns(UserWarning, match="runs eagerly"):
+        out = compiled(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), nonzero_count(x))
+    assert torch_neuronx.get_dynamo_metrics()["eager_fallbacks"] == 1

@@ -2,37 +2,165 @@
 
 Dynamo captures an FX graph, AOTAutograd produces the forward and backward graphs decomposed
 with the compiler's decomposition table, each graph is lowered for the simulated core
-(:mod:`.lowering`) and compiled by Inductor's C++ backend, and runs as one kernel on the core's
-hardware queue (:mod:`.executable`). Registered only under the name ``neuron``: other backends
-and CPU compilation are untouched.
+(:mod:`.lowering`) and compiled by Inductor's C++ backend — or loaded from the on-disk executable
+cache (:mod:`.cache`) — and runs as one kernel on the core's hardware queue (:mod:`.executable`).
+Registered only under the name ``neuron``: other backends and CPU compilation are untouched.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 
+from . import artifacts, cache, metrics, settings
 from .executable import Executable
-from .lowering import lower_for_host
+from .flex_attention import accept_neuron_inputs
+from .lowering import is_symbolic, lower_for_host, refuse_dynamic
+
+_graph_ids = itertools.count()
+accept_neuron_inputs()  # Dynamo imports the backend when torch.compile names it, before tracing
+_KNOWN_OPTIONS = {"fallback_execution"}
 
 
-def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any]) -> Executable:
+class NeuronCompileError(RuntimeError):
+    """A stage of the neuron compile pipeline failed for a graph."""
+
+
+@contextlib.contextmanager
+def _stage(name: str, graph: str) -> Iterator[None]:
+    """Time a compile stage and name it (and the graph) in any error it raises."""
+    with metrics.stage(name):
+        try:
+            yield
+        except NeuronCompileError:
+            raise
+        except Exception as error:
+            raise NeuronCompileError(
+                f"torch.compile(backend='neuron'): stage '{name}' failed for {graph}: {error}\n"
+                "To run such graphs eagerly instead, set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 "
+                "or pass options={'fallback_execution': True}.") from error
+
+
+def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: str) -> tuple[str, Any]:
+    """Lower and compile a graph: (the generated module's source, the compiled graph)."""
     from torch._inductor.compile_fx import compile_fx_inner
-    host_gm, host_inputs = lower_for_host(gm, example_inputs)
-    return Executable(compile_fx_inner(host_gm, host_inputs), host_gm, "neuron::compiled_graph")
-
-
-@functools.cache
-def _aot_backend() -> Any:
     from torch._inductor.decomposition import select_decomp_table
-    return aot_autograd(fw_compiler=_compile_graph, bw_compiler=_compile_graph,
-                        decompositions=select_decomp_table())
+    from torch._inductor.fx_passes.joint_graph import joint_graph_passes
+    from torch._inductor.virtualized import V
+    with _stage("lowering", f"the {kind} graph of graph {graph_id}"):
+        host_gm, host_inputs = lower_for_host(gm, example_inputs, select_decomp_table())
+    artifacts.preserve(f"lowered/graph_{graph_id}_{kind}.py", host_gm.print_readable(print_output=False))
+    with _stage("compiler", f"the {kind} graph of graph {graph_id}"):
+        # The passes Inductor's compile_fx applies before compile_fx_inner (RNG replacement,
+        # pattern rewrites): without them random ops do not lower.
+        with V.set_fake_mode(torch._guards.detect_fake_mode(host_inputs)):
+            joint_graph_passes(host_gm)
+        compiled = compile_fx_inner(host_gm, host_inputs)
+    metrics.count("executables_compiled")
+    artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", compiled.source_code)
+    return compiled.source_code, compiled
 
 
-def neuron_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Any:
+def _compile_cached(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
+                    kind: str) -> Callable[[list[Any]], Any]:
+    """The graph's host entry function, from the executable cache when it has the graph."""
+    root = settings.cache_dir()
+    with cache.inductor_dir(root):
+        if root is None:
+            return _build(gm, example_inputs, graph_id, kind)[1].current_callable
+        digest = cache.key(gm)
+        with cache.lock(root, digest):
+            with metrics.stage("cache_load"):
+                entry = cache.load(root, digest)
+            metrics.count("cache_hits" if entry else "cache_misses")
+            if entry is None:
+                source, compiled = _build(gm, example_inputs, graph_id, kind)
+                entry = compiled.current_callable
+                if not compiled.constants:  # constants live in the module object, not its source
+                    cache.store(root, digest, source)
+            return entry
+
+
+def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: int, kind: str) -> Executable:
+    """AOTAutograd's forward/backward/inference compiler."""
+    artifacts.preserve(f"fx_graphs/graph_{graph_id}_{kind}_aot.py", gm.print_readable(print_output=False))
+    entry = _compile_cached(gm, example_inputs, graph_id, kind)
+    return Executable(entry, gm, f"neuron::compiled_graph_{graph_id}_{kind}")
+
+
+def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int) -> Callable[..., Any]:
+    from torch._inductor.decomposition import select_decomp_table
+    compiler = functools.partial(_compile_graph, graph_id=graph_id)
+    backend = aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
+                           bw_compiler=functools.partial(compiler, kind="backward"),
+                           inference_compiler=functools.partial(compiler, kind="inference"),
+                           decompositions=select_decomp_table())
+    with _stage("aot_autograd", f"graph {graph_id}"):
+        return backend(gm, example_inputs)
+
+
+class PerShapeExecutables:
+    """Automatic dynamic shapes made Dynamo trace a symbolic graph (its default after a second
+    input shape, which only a backend-wide config could switch off): compile it for each concrete
+    shape instead, so executables stay static. Each new shape is a counted recompilation."""
+
+    def __init__(self, gm: fx.GraphModule, graph_id: int) -> None:
+        self.gm = gm
+        self.graph_id = graph_id
+        self.by_spec: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+    @torch._disable_dynamo
+    def __call__(self, *args: Any) -> Any:
+        spec = tuple((a.dtype, a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+        compiled = self.by_spec.get(spec)
+        if compiled is None:
+            metrics.count("recompilations")
+            compiled = self.by_spec[spec] = _aot_compile(self.gm, list(args), self.graph_id)
+        return compiled(*args)
+
+
+def _warn_unused(mode: str | None, options: dict[str, Any] | None) -> None:
+    if mode is not None:
+        warnings.warn(f"torch.compile(backend='neuron'): mode={mode!r} has no effect; neuron "
+                      "executables are compiled the same way in every mode.", stacklevel=3)
+    unknown = sorted(set(options or ()) - _KNOWN_OPTIONS)
+    if unknown:
+        warnings.warn(f"torch.compile(backend='neuron'): options {unknown} have no effect; the "
+                      f"backend reads only {sorted(_KNOWN_OPTIONS)}.", stacklevel=3)
+
+
+def _is_recompile() -> bool:
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    return compile_id is not None and (compile_id.frame_compile_id or 0) > 0
+
+
+def neuron_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+                   options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """``torch.compile(model, backend="neuron")``. Dynamo finds it through the
     ``torch_dynamo_backends`` entry point, so importing the backend costs nothing until then."""
-    return _aot_backend()(gm, example_inputs, **kwargs)
+    _warn_unused(mode, options)
+    graph_id = next(_graph_ids)
+    metrics.count("graphs")
+    artifacts.preserve(f"fx_graphs/graph_{graph_id}_dynamo.py", gm.print_readable(print_output=False))
+    if any(is_symbolic(x) for x in example_inputs):
+        if not torch._dynamo.config.assume_static_by_default:  # torch.compile(dynamic=True)
+            raise refuse_dynamic()
+        return PerShapeExecutables(gm, graph_id)
+    if _is_recompile():
+        metrics.count("recompilations")
+    try:
+        return _aot_compile(gm, example_inputs, graph_id)
+    except Exception as error:
+        if not settings.fallback_execution(options):
+            raise
+        metrics.count("eager_fallbacks")
+        warnings.warn(f"torch.compile(backend='neuron'): graph {graph_id} runs eagerly because its "
+                      f"compile failed ({error}).", stacklevel=2)
+        return gm.forward

@@ -12,21 +12,38 @@ import torch
 from torch import fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from .flex_attention import decompose_to_dense
+
 
 class StaticShapeError(RuntimeError):
     """The graph has symbolic shapes, which compiled neuron executables do not support."""
 
 
-def check_static(example_inputs: list[Any]) -> None:
-    """Refuse symbolic sizes (``dynamic=True`` or automatic dynamic shapes)."""
-    for value in example_inputs:
-        sizes = [value] if isinstance(value, torch.SymInt) else (
-            [*value.shape, *value.stride()] if isinstance(value, torch.Tensor) else [])
-        if any(isinstance(s, torch.SymInt) for s in sizes):
+def is_symbolic(value: Any) -> bool:
+    """A SymInt, or a tensor with a symbolic size or stride."""
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+    return isinstance(value, torch.SymInt)
+
+
+def refuse_dynamic() -> StaticShapeError:
+    return StaticShapeError(
+        "torch.compile(backend='neuron'): the graph has dynamic shapes, but neuron executables "
+        "are compiled for static shapes. Call torch.compile(..., dynamic=False); a new input "
+        "shape then compiles a new executable.")
+
+
+def check_static(gm: fx.GraphModule) -> None:
+    """Refuse symbolic sizes, naming the first node that has one (e.g. a data-dependent output
+    size such as ``nonzero`` captured with ``capture_dynamic_output_shape_ops``)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if any(is_symbolic(v) for v in (val if isinstance(val, (list, tuple)) else [val])):
             raise StaticShapeError(
-                "torch.compile(backend='neuron'): the graph has dynamic shapes, but neuron executables "
-                "are compiled for static shapes. Call torch.compile(..., dynamic=False); a new input "
-                "shape then compiles a new executable.")
+                f"torch.compile(backend='neuron'): node '{node.name}' ({node.target}) has a "
+                f"symbolic size {val}; neuron executables are compiled for static shapes. Keep "
+                "data-dependent sizes out of the compiled region (a graph break, or "
+                "torch._dynamo.config.capture_dynamic_output_shape_ops=False).")
 
 
 def _to_host_device(graph: fx.Graph) -> None:
@@ -36,14 +53,20 @@ def _to_host_device(graph: fx.Graph) -> None:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
 
 
-def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any]) -> tuple[fx.GraphModule, list[Any]]:
-    """The graph and example inputs retargeted to the host: CPU fake tensors of the same layout."""
-    check_static(example_inputs)
-    _to_host_device(gm.graph)
+def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions: dict[Any, Any]
+                   ) -> tuple[fx.GraphModule, list[Any]]:
+    """The graph and example inputs retargeted to the host: CPU fake tensors of the same layout.
+    ``decompositions`` (the compiler's table) applies to the ops the lowering introduces."""
+    check_static(gm)
+    for module in gm.modules():  # subgraphs too, e.g. a FlexAttention mask_mod
+        if isinstance(module, fx.GraphModule):
+            _to_host_device(module.graph)
+            module.recompile()
+    decompose_to_dense(gm)
     gm.recompile()
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     with fake_mode:
         host_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
                        if isinstance(x, torch.Tensor) else x for x in example_inputs]
-        host_gm = make_fx(gm, tracing_mode="real")(*host_inputs)
+        host_gm = make_fx(gm, decompositions, tracing_mode="real")(*host_inputs)
     return host_gm, host_inputs

@@ -1,0 +1,39 @@
+"""Environment settings of the ``neuron`` compile backend, read when a graph is compiled."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def _flag(name: str, default: bool) -> bool:
+    return os.environ.get(name, "1" if default else "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_dir() -> Path | None:
+    """The executable cache directory, or None when ``TORCH_NEURONX_DISABLE_NEFF_CACHE=1``."""
+    if _flag("TORCH_NEURONX_DISABLE_NEFF_CACHE", False):
+        return None
+    configured = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "torch_neuronx" / "neff_cache"
+
+
+def fallback_execution(options: dict[str, Any] | None) -> bool:
+    """Run a graph eagerly when its compile fails. The ``fallback_execution`` compile option
+    overrides ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` (default 1: raise), as in the published
+    backend."""
+    if options and "fallback_execution" in options:
+        return bool(options["fallback_execution"])
+    return not _flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True)
+
+
+def artifacts_dir() -> Path | None:
+    """Where each stage's artifact goes (per process rank), or None unless
+    ``TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1``."""
+    if not _flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False):
+        return None
+    root = Path(os.environ.get("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend"))
+    return root / f"rank_{os.environ.get('RANK', '0')}"
