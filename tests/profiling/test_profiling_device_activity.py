@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -165,3 +169,12 @@ def test_legacy_profiler_reports_device_time():
         torch.neuron.synchronize()
     mm = [e for e in prof.function_events if e.name == "aten::mm"]
     assert mm and mm[0].device_time_total > 0
+
+
+def test_kernel_language_layer_does_not_import_profiling():
+    # Layers point downwards: nki keeps its launch reports, torch_neuronx.profiling reads them.
+    root = str(Path(torch_neuronx.__file__).resolve().parents[1])
+    code = "import sys, nki, nki.device; print('torch_neuronx.profiling' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.stdout.strip() == "False"

@@ -7,6 +7,7 @@ per-engine accounting. See docs/profiling.md for the columns.
 """
 from __future__ import annotations
 
+import bisect
 import platform
 import time
 from collections import Counter, defaultdict
@@ -17,9 +18,10 @@ import pyarrow as pa
 import torch
 from torch.autograd import DeviceType
 
+from nki.device import LaunchReport, launch_reports
 from nki.simulator.cost_model import ENGINES, HardwareConfig
 
-from . import cost_model, nki_reports
+from . import cost_model
 
 FALLBACK_PREFIX = "cpu fallback: "
 COMPILED_KERNEL = "neuron::compiled_graph"
@@ -35,7 +37,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("estimated_bytes_moved", pa.int64()), ("source_location", pa.string()),
     ]),
     "Instruction": pa.schema([
-        ("kernel_name", pa.string()), ("launches", pa.int64()), ("index", pa.int64()),
+        ("kernel_name", pa.string()), ("core", pa.int64()), ("launch", pa.int64()), ("index", pa.int64()),
         ("engine", pa.string()), ("opcode", pa.string()), ("shape", pa.string()),
         ("dtype", pa.string()), ("flops", pa.int64()), ("dma_bytes", pa.int64()),
         ("estimated_cycles", pa.float64()), ("estimated_time_us", pa.float64()),
@@ -99,6 +101,25 @@ def _source(stack: list[str]) -> str:
     return next((f for f in stack if "/torch/" not in f and "torch_neuronx/" not in f), "")
 
 
+class _LaunchReports:
+    """Finds the simulator report of a recorded kernel-language launch: the one that ran on the
+    same core, under the same name, inside the kernel's measured interval."""
+
+    def __init__(self, start_ns: int, end_ns: int) -> None:
+        self._by_kernel: dict[tuple[int, str], list[LaunchReport]] = defaultdict(list)
+        for r in sorted(launch_reports(start_ns, end_ns), key=lambda r: r.start_ns):
+            self._by_kernel[(r.device, r.kernel)].append(r)
+        self._starts = {key: [r.start_ns for r in rs] for key, rs in self._by_kernel.items()}
+
+    def find(self, kernel: Any) -> LaunchReport | None:
+        key = (kernel.device_index(), kernel.name())
+        reports = self._by_kernel.get(key, [])
+        i = bisect.bisect_left(self._starts.get(key, []), kernel.start_ns())
+        if i < len(reports) and reports[i].end_ns <= kernel.end_ns():
+            return reports[i]
+        return None
+
+
 def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes: list[str],
            profiled_cores: str) -> dict[str, pa.Table]:
     """The analysis tables of a finished profile (``prof`` as given to ``on_trace_ready``)."""
@@ -107,7 +128,9 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     device = [e for e in events if e.device_type() == DeviceType.PrivateUse1]
     ops: dict[str, _Op] = defaultdict(_Op)
     seen_calls: set[int] = set()
-    nki_launches: Counter = Counter()
+    nki_reports = _LaunchReports(min((k.start_ns() for k in device), default=0),
+                                 max((k.end_ns() for k in device), default=0))
+    nki_launches: list[tuple[Any, LaunchReport]] = []  # (device event, its simulator report)
     for k in device:
         parent = cpu.get(k.linked_correlation_id())
         name = parent.name() if parent is not None else k.name()
@@ -119,16 +142,16 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             op.device_ns += k.duration_ns()
         if kind != "native":  # an operator's copies and bookkeeping kernels do not make it native
             op.execution = kind
-        if kind == "kernel-language":
-            nki_launches[k.name()] += 1
-            report = nki_reports.latest(k.name())
-            if report is not None:
-                op.estimated = True
-                op.estimated_s += report.estimated_seconds
-                op.flops += report.flops
-                op.bytes += report.dma_bytes
-                for engine, busy in report.engine_busy_seconds.items():
-                    op.engine[engine] += busy
+        launch = nki_reports.find(k) if kind == "kernel-language" else None
+        if launch is not None:
+            nki_launches.append((k, launch))
+            report = launch.report
+            op.estimated = True
+            op.estimated_s += report.estimated_seconds
+            op.flops += report.flops
+            op.bytes += report.dma_bytes
+            for engine, busy in report.engine_busy_seconds.items():
+                op.engine[engine] += busy
         if parent is None or k.linked_correlation_id() in seen_calls:
             continue
         seen_calls.add(k.linked_correlation_id())
@@ -168,22 +191,22 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     } for name, op in sorted(ops.items(), key=lambda kv: -(kv[1].device_ns + kv[1].fallback_ns))]
 
     instructions, opcodes, nki_engine_counts = [], defaultdict(lambda: [0, 0.0, 0.0]), Counter()
-    for kernel, launches in sorted(nki_launches.items()):
-        report = nki_reports.latest(kernel)
-        if report is None:
-            continue
-        for i, r in enumerate(report.instructions):
+    ordinals: Counter = Counter()
+    for k, launch in sorted(nki_launches, key=lambda kl: kl[0].start_ns()):
+        ordinals[k.name()] += 1
+        for i, r in enumerate(launch.report.instructions):
             instructions.append({
-                "kernel_name": kernel, "launches": launches, "index": i, "engine": r.engine,
+                "kernel_name": k.name(), "core": k.device_index(), "launch": ordinals[k.name()] - 1,
+                "index": i, "engine": r.engine,
                 "opcode": r.opcode, "shape": str(tuple(r.shape)), "dtype": r.dtype, "flops": r.flops,
                 "dma_bytes": r.dma_bytes, "estimated_cycles": r.cycles,
                 "estimated_time_us": r.seconds * 1e6, "nki_source_location": r.location,
                 "program_id": str(tuple(r.program_id))})
             agg = opcodes[(r.engine, r.opcode)]
-            agg[0] += launches
-            agg[1] += r.cycles * launches
-            agg[2] += r.seconds * 1e6 * launches
-            nki_engine_counts[r.engine] += launches
+            agg[0] += 1
+            agg[1] += r.cycles
+            agg[2] += r.seconds * 1e6
+            nki_engine_counts[r.engine] += 1
     opcode_rows = [{"engine": e, "opcode": o, "count": c, "estimated_cycles": cy, "estimated_time_us": us}
                    for (e, o), (c, cy, us) in sorted(opcodes.items())]
 
