@@ -8,6 +8,7 @@ per-engine accounting. See docs/profiling.md for the columns.
 from __future__ import annotations
 
 import bisect
+import json
 import platform
 import time
 from collections import Counter, defaultdict
@@ -21,11 +22,13 @@ from torch.autograd import DeviceType
 from nki.device import LaunchReport, launch_reports
 from nki.simulator.cost_model import ENGINES, HardwareConfig
 
+from .. import _C
 from . import cost_model
 
 FALLBACK_PREFIX = "cpu fallback: "
 COMPILED_KERNEL = "neuron::compiled_graph"
 NKI_PREFIX = "nki:"
+RUNTIME_ACTIVITY = "privateuse1_runtime"
 
 SCHEMAS: dict[str, pa.Schema] = {
     "FrameworkOp": pa.schema([
@@ -120,12 +123,32 @@ class _LaunchReports:
         return None
 
 
+def _charge(op: _Op, kind: str, est: cost_model.Estimate | None) -> None:
+    """Adds one call's cost-model estimate to its operator."""
+    if est is None:
+        return
+    op.estimated = True
+    op.flops += est.flops
+    op.bytes += est.bytes_moved
+    op.bound[est.bound] += 1
+    if kind == "fallback":
+        # Charged with its measured host time (in tables) plus moving its tensors both ways.
+        op.estimated_s += cost_model.transfer_seconds(est.bytes_moved)
+    else:
+        op.estimated_s += est.seconds
+        op.engine[est.engine] += est.seconds
+
+
 def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes: list[str],
            profiled_cores: str) -> dict[str, pa.Table]:
     """The analysis tables of a finished profile (``prof`` as given to ``on_trace_ready``)."""
     events = prof.profiler.kineto_results.events()
-    cpu = {e.correlation_id(): e for e in events if e.device_type() == DeviceType.CPU}
+    # Operators and scopes; runtime events (RUNTIME mode) share their operator's id.
+    cpu = {e.correlation_id(): e for e in events
+           if e.device_type() == DeviceType.CPU and e.activity_type() != RUNTIME_ACTIVITY}
     device = [e for e in events if e.device_type() == DeviceType.PrivateUse1]
+    kernel_args = _C._profiler_kernel_args()  # (core, start ns) -> the kernel's tensors (JSON)
+    described: dict[int, tuple[str, str, dict]] = {}  # per call: op name, kind, its kernel's tensors
     ops: dict[str, _Op] = defaultdict(_Op)
     seen_calls: set[int] = set()
     nki_reports = _LaunchReports(min((k.start_ns() for k in device), default=0),
@@ -152,27 +175,17 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             op.bytes += report.dma_bytes
             for engine, busy in report.engine_busy_seconds.items():
                 op.engine[engine] += busy
-        if parent is None or k.linked_correlation_id() in seen_calls:
+        args = kernel_args.get((k.device_index(), k.start_ns()))
+        call = k.linked_correlation_id()
+        if parent is not None and args and kind in ("native", "fallback") and call not in described:
+            described[call] = (name, kind, json.loads(args))
+        if parent is None or call in seen_calls:
             continue
-        seen_calls.add(k.linked_correlation_id())
+        seen_calls.add(call)
         op.calls += 1
         op.source = op.source or _source(list(parent.stack()))
-        if kind == "kernel-language":
-            continue
-        est = cost_model.estimate(name, [list(s) for s in parent.shapes()], list(parent.dtypes()),
-                                  list(parent.concrete_inputs()), hw)
-        if est is None:
-            continue
-        op.estimated = True
-        op.flops += est.flops
-        op.bytes += est.bytes_moved
-        op.bound[est.bound] += 1
-        if kind == "fallback":
-            # Charged with its measured host time (below) plus moving its tensors both ways.
-            op.estimated_s += cost_model.transfer_seconds(est.bytes_moved)
-        else:
-            op.estimated_s += est.seconds
-            op.engine[est.engine] += est.seconds
+    for name, kind, args in described.values():
+        _charge(ops[name], kind, cost_model.estimate(name, args, hw))
     for op in ops.values():
         if op.execution == "fallback":
             op.estimated = True
