@@ -178,3 +178,34 @@ def test_kernel_language_layer_does_not_import_profiling():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": root})
     assert out.stdout.strip() == "False"
+
+
+def test_kernels_still_queued_when_the_profile_ends_are_reported():
+    nki_cos = _nki_cos()
+    x = torch.randn(128, 128, device="neuron")
+    v = torch.randn(128, 1, device="neuron")
+    x @ x, nki_cos(v)
+    torch.neuron.synchronize()
+    with profile(activities=ACTIVITIES) as prof:  # no synchronize before the end
+        for _ in range(10):
+            x @ x
+        nki_cos(v)  # a Python kernel: stopping waits for it without holding the GIL
+    names = [k.name() for k in device_events(prof)]
+    assert names.count("aten::mm") == 10 and "nki:cos_kernel" in names
+
+
+def _nki_cos():
+    import nki
+    import nki.language as nl
+
+    @nki.jit
+    def cos_kernel(x, out):
+        nl.store(out[0:128], value=nl.cos(nl.load(x[0:128])))
+        return out
+
+    @torch_neuronx.nki_op("profiling_test::queued_cos", mutates_args={})
+    def queued_cos(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        cos_kernel(x, out)
+        return out
+    return queued_cos

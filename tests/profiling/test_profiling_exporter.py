@@ -1,6 +1,7 @@
 """NeuronConfig / NeuronProfiler: the SPEC §2 example, the output layout and the Parquet tables."""
 from __future__ import annotations
 
+import json
 import os
 import warnings
 import socket
@@ -46,15 +47,62 @@ def test_spec_profiler_example_runs_unchanged(tmp_path, capsys):
     assert {p.name for p in run.iterdir()} >= {"framework_trace.json", *(f"{n}.parquet" for n in SCHEMAS)}
 
 
-def export(tmp_path: Path, fn, **kwargs) -> dict:
+def export(tmp_path: Path, fn, **kwargs) -> tuple[dict, profile]:
     nc = NeuronConfig(profile_output_dir=tmp_path, **kwargs)
     exporter = NeuronProfiler(nc)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
-                 on_trace_ready=exporter.export_trace, record_shapes=True, with_stack=True) as prof:
+                 on_trace_ready=exporter.export_trace, with_stack=True) as prof:
         fn()
         torch.neuron.synchronize()
     out = exporter.last_output_dir
     return {name: pq.read_table(out / f"{name}.parquet") for name in SCHEMAS}, prof
+
+
+def trace_events(tmp_path: Path) -> list[dict]:
+    [trace] = tmp_path.rglob("framework_trace.json")
+    return json.loads(trace.read_text())["traceEvents"]
+
+
+def test_every_mode_records_its_data(tmp_path):
+    a = torch.randn(256, 256, device="neuron")
+    a @ a
+
+    def work():
+        for _ in range(20):  # a few sampling intervals long
+            a @ a
+    tables, _ = export(tmp_path, work, modes=list(ProfileMode))
+    runtime = {r["name"]: r for r in tables["RuntimeApi"].to_pylist()}
+    assert runtime["neuronLaunchKernel"]["calls"] >= 20 and runtime["neuronDeviceSynchronize"]["calls"] >= 1
+    cpu = tables["CpuUtilization"].to_pylist()
+    assert cpu and all(r["interval_us"] > 0 and 0 <= r["system_cpu_percent"] <= 100 for r in cpu)
+    assert all(r["process_cpu_percent"] >= 0 for r in cpu)
+    memory = tables["HostMemory"].to_pylist()
+    assert len(memory) >= 2 and all(r["host_rss_bytes"] > 0 for r in memory)
+    assert all(r["device_allocated_bytes"] >= 256 * 256 * 4 for r in memory)
+    assert memory[0]["device_allocated_bytes"] == sum(memory[0]["device_allocated_bytes_per_core"])
+    events = trace_events(tmp_path)
+    launches = [e for e in events if e.get("name") == "neuronLaunchKernel"]
+    assert launches and all(e["pid"] == os.getpid() for e in launches)
+    # Each launch's flow arrow ends on a device kernel.
+    starts = {e["id"] for e in events if e.get("cat") == "ac2g" and e["ph"] == "s"}
+    ends = {e["id"] for e in events if e.get("cat") == "ac2g" and e["ph"] == "f"}
+    assert len(starts) >= 20 and starts == ends
+    counters = {e["name"] for e in events if e.get("ph") == "C"}
+    assert counters == {"CPU utilisation (%)", "Memory (bytes)"}
+    assert tables["Metadata"].to_pylist()[0]["modes"] == "device,runtime,cpu_util,host_memory"
+
+
+def test_modes_not_requested_record_nothing(tmp_path):
+    a = torch.randn(64, device="neuron")
+    a + 1
+    tables, prof = export(tmp_path, lambda: a + 1, modes=[ProfileMode.DEVICE])
+    assert tables["RuntimeApi"].num_rows == tables["CpuUtilization"].num_rows == tables["HostMemory"].num_rows == 0
+    events = trace_events(tmp_path)
+    assert not [e for e in events if e.get("cat") in ("privateuse1_runtime", "ac2g") or e.get("ph") == "C"]
+    assert [e for e in events if e.get("cat") == "kernel"]
+    _, prof = export(tmp_path / "runtime_only", lambda: a + 1, modes=[ProfileMode.RUNTIME])
+    kinds = {e.activity_type() for e in prof.profiler.kineto_results.events()}
+    assert "kernel" not in kinds and "privateuse1_runtime" in kinds
 
 
 def test_tables_have_the_documented_columns_and_estimates(tmp_path):
@@ -158,6 +206,7 @@ def test_max_events_per_nc_caps_the_recorded_kernels(tmp_path):
     ({"correlate_device_time": False}, "correlate_device_time"),
     ({"modes": ["gpu"]}, "gpu"),
     ({"target": "trn9"}, "trn9"),
+    ({"neff_cache_dir": "/tmp/neff"}, "neff_cache_dir"),
 ])
 def test_config_errors_are_clear(kwargs, match):
     with pytest.raises(ValueError, match=match):

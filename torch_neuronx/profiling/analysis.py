@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import platform
 import time
 from collections import Counter, defaultdict
@@ -62,6 +63,20 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("kernels", pa.int64()), ("fallback_ops", pa.int64()), ("unestimated_ops", pa.int64()),
         *[(f"{e}_estimated_active_time_us", pa.float64()) for e in ENGINES],
         *[(f"{e}_instructions", pa.int64()) for e in ENGINES],
+    ]),
+    "RuntimeApi": pa.schema([
+        ("name", pa.string()), ("calls", pa.int64()), ("host_time_us", pa.float64()),
+        ("max_host_time_us", pa.float64()),
+    ]),
+    "CpuUtilization": pa.schema([
+        ("time_unix_us", pa.float64()), ("interval_us", pa.float64()),
+        ("process_cpu_percent", pa.float64()), ("system_cpu_percent", pa.float64()),
+    ]),
+    "HostMemory": pa.schema([
+        ("time_unix_us", pa.float64()), ("host_rss_bytes", pa.int64()),
+        ("device_allocated_bytes", pa.int64()), ("device_reserved_bytes", pa.int64()),
+        ("device_allocated_bytes_per_core", pa.list_(pa.int64())),
+        ("device_reserved_bytes_per_core", pa.list_(pa.int64())),
     ]),
     "Metadata": pa.schema([
         ("is_simulation", pa.bool_()), ("chip_generation", pa.string()),
@@ -121,6 +136,41 @@ class _LaunchReports:
         if i < len(reports) and reports[i].end_ns <= kernel.end_ns():
             return reports[i]
         return None
+
+
+def runtime_rows(events: list) -> list[dict]:
+    """RUNTIME mode: the runtime's host-side calls (launches, synchronize waits) by name."""
+    spans: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.activity_type() == RUNTIME_ACTIVITY:
+            spans[e.name()].append(e.duration_ns() / 1e3)
+    return [{"name": name, "calls": len(us), "host_time_us": sum(us), "max_host_time_us": max(us)}
+            for name, us in sorted(spans.items())]
+
+
+def cpu_rows(samples: list[dict]) -> list[dict]:
+    """CPU_UTIL mode: utilisation over each interval between samples. The process figure is in
+    cores (100% = one core busy), the system figure over all CPUs."""
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    rows = []
+    for before, after in zip(samples, samples[1:]):
+        seconds = (after["time_ns"] - before["time_ns"]) / 1e9
+        total = after["system_total_ticks"] - before["system_total_ticks"]
+        process = (after["process_cpu_ticks"] - before["process_cpu_ticks"]) / ticks_per_s
+        busy = after["system_busy_ticks"] - before["system_busy_ticks"]
+        rows.append({"time_unix_us": after["time_ns"] / 1e3, "interval_us": seconds * 1e6,
+                     "process_cpu_percent": 100 * process / seconds if seconds > 0 else 0.0,
+                     "system_cpu_percent": 100 * busy / total if total > 0 else 0.0})
+    return rows
+
+
+def memory_rows(samples: list[dict]) -> list[dict]:
+    """HOST_MEMORY mode: host RSS and device (HBM) memory at each sample."""
+    return [{"time_unix_us": s["time_ns"] / 1e3, "host_rss_bytes": s["rss_bytes"],
+             "device_allocated_bytes": sum(s["hbm_allocated_bytes"]),
+             "device_reserved_bytes": sum(s["hbm_reserved_bytes"]),
+             "device_allocated_bytes_per_core": s["hbm_allocated_bytes"],
+             "device_reserved_bytes_per_core": s["hbm_reserved_bytes"]} for s in samples]
 
 
 def _charge(op: _Op, kind: str, est: cost_model.Estimate | None) -> None:
@@ -271,6 +321,10 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "note": "device times are measured on the simulator; estimated_* columns are cost-model "
                 "estimates for the target chip, not measurements",
     }
+    samples = _C._profiler_samples()  # taken only in CPU_UTIL / HOST_MEMORY modes
     rows = {"FrameworkOp": framework, "Instruction": instructions, "OpcodeSummary": opcode_rows,
-            "ActiveTime": active, "Summary": [summary], "Metadata": [metadata]}
+            "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
+            "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
+            "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],
+            "HostMemory": memory_rows(samples) if "host_memory" in modes else []}
     return {name: pa.Table.from_pylist(rows[name], schema=schema) for name, schema in SCHEMAS.items()}
