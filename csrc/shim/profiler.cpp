@@ -36,6 +36,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "device.h"
@@ -71,7 +72,7 @@ struct HostEvent {
 };
 
 thread_local std::vector<uint64_t> tls_correlation;
-thread_local std::string* tls_launch_args = nullptr;
+thread_local std::string tls_launch_args;  // of the live LaunchArgs; the first launch takes it
 std::atomic<bool> recording_now{false};
 
 // Correlation id of the innermost framework operator on this thread while a profiler records
@@ -507,68 +508,67 @@ uint64_t on_launch(int device) {
   const uint64_t token = ++c.next_launch;
   c.launches[token] = c.host_events.size();
   c.host_events.push_back({device, "neuronLaunchKernel", libkineto::systemThreadId(), correlation_id(),
-                           neuron_rt::now_ns(), 0, token, tls_launch_args ? *tls_launch_args : std::string()});
+                           neuron_rt::now_ns(), 0, token, std::exchange(tls_launch_args, {})});
   return token;
 }
 
 void on_enqueued(uint64_t token) {
-  if (!token) return;
   auto& c = collector();
+  if (!token || !c.modes.runtime) return;  // only RUNTIME's launch events need the end
   std::lock_guard<std::mutex> lock(c.mu);
   if (auto it = c.launches.find(token); it != c.launches.end()) c.host_events[it->second].end = neuron_rt::now_ns();
 }
 
 namespace {
-void describe_value(const c10::IValue& v, std::ostringstream& out);
+void describe_value(const c10::IValue& v, std::string& out);
 
-void describe_tensor(const at::Tensor& t, std::ostringstream& out) {
+void describe_tensor(const at::Tensor& t, std::string& out) {
   if (!t.defined()) {
-    out << "null";
+    out += "null";
     return;
   }
-  out << "{\"shape\": [";
-  for (size_t i = 0; i < t.sizes().size(); ++i) out << (i ? ", " : "") << t.sizes()[i];
-  out << "], \"dtype\": \"" << c10::toString(t.scalar_type()) << "\", \"bytes\": " << t.numel() * t.itemsize() << "}";
+  out += "{\"shape\": [";
+  for (size_t i = 0; i < t.sizes().size(); ++i) (out += i ? ", " : "") += std::to_string(t.sizes()[i]);
+  ((out += "], \"dtype\": \"") += c10::toString(t.scalar_type())) += "\", \"bytes\": ";
+  (out += std::to_string(t.numel() * t.itemsize())) += "}";
 }
 
-void describe_list(c10::ArrayRef<c10::IValue> values, std::ostringstream& out) {
-  out << "[";
+void describe_list(c10::ArrayRef<c10::IValue> values, std::string& out) {
+  out += "[";
   for (size_t i = 0; i < values.size(); ++i) {
-    if (i) out << ", ";
+    if (i) out += ", ";
     describe_value(values[i], out);
   }
-  out << "]";
+  out += "]";
 }
 
-void describe_value(const c10::IValue& v, std::ostringstream& out) {
+void describe_value(const c10::IValue& v, std::string& out) {
   if (v.isTensor()) describe_tensor(v.toTensor(), out);
   else if (v.isTensorList() || v.isOptionalTensorList() || v.isIntList() || v.isDoubleList() || v.isBoolList())
     describe_list(v.toListRef(), out);
-  else if (v.isBool()) out << (v.toBool() ? "true" : "false");
-  else if (v.isInt()) out << v.toInt();
-  else if (v.isDouble() && std::isfinite(v.toDouble())) out << v.toDouble();
-  else out << "null";
+  else if (v.isBool()) out += v.toBool() ? "true" : "false";
+  else if (v.isInt()) out += std::to_string(v.toInt());
+  else if (v.isDouble() && std::isfinite(v.toDouble())) out += std::to_string(v.toDouble());
+  else out += "null";
 }
 }  // namespace
 
+// Built by appending to one string: it runs for every native call while a profiler records.
 std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
-  std::ostringstream out;
-  out << "{\"inputs\": ";
+  std::string out = "{\"inputs\": ";
+  out.reserve(256);
   describe_list(inputs, out);
-  out << ", \"outputs\": ";
+  out += ", \"outputs\": ";
   describe_list(outputs, out);
-  out << "}";
-  return out.str();
+  out += "}";
+  return out;
 }
 
 LaunchArgs::LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
-  if (recording()) tls_launch_args = new std::string(describe(inputs, outputs));
+  if (recording()) tls_launch_args = describe(inputs, outputs);
 }
 
-LaunchArgs::~LaunchArgs() {
-  delete tls_launch_args;
-  tls_launch_args = nullptr;
-}
+LaunchArgs::~LaunchArgs() { tls_launch_args.clear(); }
 
 FallbackSpan::FallbackSpan(int device, std::string name)
     : device_(device),

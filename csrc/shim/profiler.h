@@ -27,8 +27,8 @@ void on_enqueued(uint64_t token);
 // "bytes": n}, a tensor list a list of those, a number or bool itself, anything else null.
 std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
 
-// While alive (and recording), launches on this thread carry describe(inputs, outputs) to their
-// kernel's activity; nothing is described when no profiler records.
+// While alive (and recording), the next launch on this thread carries describe(inputs, outputs)
+// to its kernel's activity; nothing is described when no profiler records.
 class LaunchArgs {
  public:
   LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
