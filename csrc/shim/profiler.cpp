@@ -340,7 +340,8 @@ class Session final : public libkineto::IActivityProfilerSession {
       logger.handleActivity(a);
     }
     for (const HostEvent& h : host_events_) {
-      if (h.launch && !reported_launches.count(h.launch)) continue;  // its kernel was not recorded
+      const bool kernel_reported = reported_launches.count(h.launch) > 0;
+      if (h.launch && modes_.device && !kernel_reported) continue;  // its kernel was dropped (cores, cap)
       auto& a = add_activity(ActivityType::PRIVATEUSE1_RUNTIME, h.name, h.start, std::max(h.end, h.start),
                              untag(h.correlation), linked_activity);
       a.id = 0;  // not an operator: the correlation id space belongs to the CPU operators
@@ -348,7 +349,7 @@ class Session final : public libkineto::IActivityProfilerSession {
       a.resource = h.thread;
       a.threadId = h.thread;
       a.addMetadata("device", h.device);
-      if (h.launch) a.flow = flow(h.launch, true);
+      if (kernel_reported) a.flow = flow(h.launch, true);
       logger.handleActivity(a);
     }
     for (const auto& [device, streams] : lanes) {

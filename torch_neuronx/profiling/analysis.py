@@ -173,6 +173,17 @@ def memory_rows(samples: list[dict]) -> list[dict]:
              "device_reserved_bytes_per_core": s["hbm_reserved_bytes"]} for s in samples]
 
 
+def _charge_simulated(op: _Op, launch: LaunchReport) -> None:
+    """Adds a kernel-language launch's simulator estimate (per-engine accounting) to its operator."""
+    report = launch.report
+    op.estimated = True
+    op.estimated_s += report.estimated_seconds
+    op.flops += report.flops
+    op.bytes += report.dma_bytes
+    for engine, busy in report.engine_busy_seconds.items():
+        op.engine[engine] += busy
+
+
 def _charge(op: _Op, kind: str, est: cost_model.Estimate | None) -> None:
     """Adds one call's cost-model estimate to its operator."""
     if est is None:
@@ -218,13 +229,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         launch = nki_reports.find(k) if kind == "kernel-language" else None
         if launch is not None:
             nki_launches.append((k, launch))
-            report = launch.report
-            op.estimated = True
-            op.estimated_s += report.estimated_seconds
-            op.flops += report.flops
-            op.bytes += report.dma_bytes
-            for engine, busy in report.engine_busy_seconds.items():
-                op.engine[engine] += busy
+            _charge_simulated(op, launch)
         args = kernel_args.get((k.device_index(), k.start_ns()))
         call = k.linked_correlation_id()
         if parent is not None and args and kind in ("native", "fallback") and call not in described:
