@@ -189,7 +189,13 @@ class Sampler {
     });
   }
 
+  // A session Kineto drops without stopping must not leave the thread running.
+  ~Sampler() {
+    if (thread_.joinable()) stop();
+  }
+
   std::vector<Sample> stop() {
+    if (!thread_.joinable()) return {};
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
