@@ -9,8 +9,10 @@ surface at the next synchronization point, naming the kernel and its source line
 """
 from __future__ import annotations
 
+import collections
 import contextvars
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,6 @@ import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from torch_neuronx import _C
-from torch_neuronx.profiling import nki_reports
 
 from . import runtime, simulator
 from .jit import numpy_dtype, to_numpy, torch_dtype
@@ -49,6 +50,28 @@ class _Result:
 
 _results: dict[tuple, tuple[_Result, ...] | _Result] = {}
 _results_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    """The simulator's report of one kernel launch, with the core and the Unix-ns interval it ran in."""
+
+    kernel: str  # "nki:<kernel name>", the name of the launch on the hardware queue
+    device: int
+    start_ns: int
+    end_ns: int
+    report: simulator.RunReport
+
+
+MAX_LAUNCH_REPORTS = 10_000
+# Reports of the launches made while a torch profiler records, for profiling tools to attribute
+# instructions to each recorded launch; bounded, and empty when nobody profiles.
+_launch_reports: collections.deque[LaunchReport] = collections.deque(maxlen=MAX_LAUNCH_REPORTS)
+
+
+def launch_reports(start_ns: int, end_ns: int) -> list[LaunchReport]:
+    """The kept launch reports whose kernel ran within ``[start_ns, end_ns]`` (Unix ns)."""
+    return [r for r in list(_launch_reports) if start_ns <= r.start_ns and r.end_ns <= end_ns]
 
 
 def _sizes(values: Any) -> tuple[int, ...]:
@@ -122,20 +145,23 @@ def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any
                 for a in flat]
     outputs = None if spec is None else _materialize(spec, flat, device)
     recorded: list[Any] = []
+    name = f"nki:{kernel.__name__}"
+    index = device.index if device.index is not None else torch.neuron.current_device()
+    keep_report = torch._C._autograd._profiler_enabled()
 
     def body() -> None:
         views = [numpy_view(h, w) if h is not None else a for h, w, a in zip(hosts, writable, flat)]
         positional, named = views[:len(args)], dict(zip(names, views[len(args):]))
+        start = time.time_ns()
         result, report = simulator.run(kernel, positional, named, grid)
-        nki_reports.note(name, report)  # per-instruction tables of torch_neuronx.profiling
+        if keep_report:
+            _launch_reports.append(LaunchReport(name, index, start, time.time_ns(), report))
         if outputs is None:
             recorded.append(_describe(result, [v if isinstance(v, np.ndarray) else None for v in views]))
             recorded.append(result)
         else:
             _fill(result, outputs)
 
-    name = f"nki:{kernel.__name__}"
-    index = device.index if device.index is not None else torch.neuron.current_device()
     if outputs is not None:
         _C._launch_python_kernel(index, body, name, False)
         return outputs

@@ -68,12 +68,14 @@ void raise_pending_error(neuron_rt::Core& c) {
 
 void synchronize_stream(const c10::Stream& stream) {
   auto& c = core(stream.device_index());
+  const profiler::SyncSpan span(stream.device_index(), "neuronStreamSynchronize");
   c.queue.synchronize_stream(static_cast<int>(stream.id()));
   raise_pending_error(c);
 }
 
 void synchronize_device(c10::DeviceIndex index) {
   auto& c = core(index);
+  const profiler::SyncSpan span(index, "neuronDeviceSynchronize");
   c.queue.synchronize();
   raise_pending_error(c);
 }
@@ -97,13 +99,16 @@ static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::
                         bool wait) {
   auto& c = core(device);
   const int stream = static_cast<int>(current_stream(device).id());
-  neuron_rt::LaunchInfo info{std::move(name), launch_stack(), profiler::correlation_id()};
+  const uint64_t token = profiler::on_launch(device);
+  neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
   if (!wait && !neuron_rt::Runtime::get().topology().launch_blocking) {
     c.queue.launch(stream, std::move(fn), std::move(info));
+    profiler::on_enqueued(token);
     return;
   }
   auto error = std::make_shared<std::exception_ptr>();
   const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
+  profiler::on_enqueued(token);
   c.queue.wait_item(stream, seq);
   if (*error) std::rethrow_exception(*error);
 }

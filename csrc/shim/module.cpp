@@ -6,6 +6,7 @@
 #include "generator.h"
 #include "native_kernel.h"
 #include "op_tracking.h"
+#include "profiler.h"
 
 namespace py = pybind11;
 using namespace torch_neuronx;
@@ -95,4 +96,26 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_strict_fallback", &set_strict_fallback);
   m.def("_set_retry_failed_kernels_on_cpu", &set_retry_failed_kernels_on_cpu);
   m.def("_inject_fault", &inject_fault);
+
+  // The last finished profiler session's kernel arguments and host samples (torch_neuronx.profiling).
+  m.def("_profiler_kernel_args", [] {
+    py::dict out;
+    for (const auto& k : profiler::last_kernel_args()) out[py::make_tuple(k.device, k.start)] = k.args;
+    return out;
+  });
+  m.def("_profiler_samples", [] {
+    py::list out;
+    for (const auto& s : profiler::last_samples()) {
+      py::dict d;
+      d["time_ns"] = s.time;
+      d["process_cpu_ticks"] = s.process_cpu_ticks;
+      d["system_busy_ticks"] = s.system_busy_ticks;
+      d["system_total_ticks"] = s.system_total_ticks;
+      d["rss_bytes"] = s.rss_bytes;
+      d["hbm_allocated_bytes"] = s.hbm_allocated_bytes;
+      d["hbm_reserved_bytes"] = s.hbm_reserved_bytes;
+      out.append(d);
+    }
+    return out;
+  });
 }

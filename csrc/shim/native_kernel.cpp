@@ -446,6 +446,7 @@ class NativeKernel final : public c10::OperatorKernel {
     for (size_t j = 0; j < outputs.size(); ++j)
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : snapshot(outputs[j]));
     for (auto& arg : args) arg = snapshot(arg);
+    const profiler::LaunchArgs described(args, outputs);
     launch(device,
            [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
              maybe_fault();
@@ -549,7 +550,15 @@ class NativeKernel final : public c10::OperatorKernel {
     std::vector<std::pair<size_t, at::Tensor>> out_clones;  // out= arguments, run on resizable copies
     WarningCollector warnings;
     bool use_out = false;
+    // The profiler's cost model needs the outputs: an in-place call knows them now, any other
+    // call describes itself on the copies of its results below.
+    std::vector<c10::IValue> aliases;
+    for (const auto& r : return_shape_)
+      if (r.alias_arg >= 0) aliases.push_back(args[r.alias_arg]);
+    const bool in_place = aliases.size() == return_shape_.size();
     try {
+      std::optional<profiler::LaunchArgs> described;
+      if (in_place) described.emplace(args, aliases);
       launch_and_wait(device,
                       [&] {
                         const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
@@ -580,6 +589,8 @@ class NativeKernel final : public c10::OperatorKernel {
       return fallback_to_cpu(op, stack, std::string("the device kernel failed (") + e.what() + ")");
     }
     for (const auto& w : warnings.warnings) c10::warn(w);  // as if the kernel ran on this thread
+    std::optional<profiler::LaunchArgs> described;
+    if (!in_place) described.emplace(args, results);
 
     counter_.launches++;
     auto plan = std::make_shared<Plan>();
@@ -696,8 +707,10 @@ void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
   const size_t n = op.schema().arguments().size();
   const auto device = device_of(*stack, n);
   synchronize_device(device);
-  const profiler::FallbackSpan span(device, "cpu fallback: " + full_name(op.operator_name()));
+  profiler::FallbackSpan span(device, "cpu fallback: " + full_name(op.operator_name()));
+  const std::vector<c10::IValue> inputs(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   at::native::cpu_fallback(op, stack);
+  span.set_args(inputs, c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - op.schema().returns().size()));
   // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
   // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).
   const size_t returns = op.schema().returns().size();

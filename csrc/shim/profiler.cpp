@@ -5,6 +5,9 @@
 // carry the innermost one to the queue, whose worker reports each kernel's interval. The
 // session turns those into CONCURRENT_KERNEL / GPU_MEMCPY activities (pid = core, tid =
 // stream) linked to the launching operator, which is what key_averages' device columns use.
+// Each activity carries its kernel's tensors (`inputs`, for the cost model). The NeuronConfig
+// modes add host-side events: RUNTIME the launches (with flow arrows to their kernels) and
+// synchronize waits; CPU_UTIL / HOST_MEMORY samples of /proc and of the HBM pools.
 //
 // Kineto's GenericTraceActivity::addMetadata formats with fmt, whose compiled part libtorch does
 // not export: use fmt header-only in this file.
@@ -12,6 +15,7 @@
 #include "profiler.h"
 
 #include <IActivityProfiler.h>
+#include <ThreadUtil.h>
 #include <c10/util/ApproximateClock.h>
 #include <libkineto.h>
 #include <output_base.h>
@@ -19,11 +23,20 @@
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "device.h"
@@ -41,12 +54,32 @@ constexpr int kFallbackLane = 1000;
 struct Record {
   int device, lane;
   std::string name;
-  uint64_t correlation;
+  uint64_t correlation;  // tagged (see untag) until the collector adds the record
   Nanos start, end;
+  uint64_t launch = 0;   // the launch's token, 0 for fallbacks
+  std::string args;      // describe() of the kernel's tensors, when the launch had them
+};
+
+// A launch on a host thread (RUNTIME mode), or a synchronize wait (launch == 0).
+struct HostEvent {
+  int device;
+  std::string name;
+  int32_t thread;
+  uint64_t correlation;
+  Nanos start, end = 0;
+  uint64_t launch = 0;
+  std::string args;  // a launch's LaunchArgs, handed to its kernel's record
 };
 
 thread_local std::vector<uint64_t> tls_correlation;
-std::atomic<bool> recording{false};
+thread_local std::string tls_launch_args;  // of the live LaunchArgs; the first launch takes it
+std::atomic<bool> recording_now{false};
+
+// Correlation id of the innermost framework operator on this thread while a profiler records
+// (Kineto pushes it at operator entry), tagged with the session; 0 otherwise.
+uint64_t correlation_id() {
+  return recording_now.load(std::memory_order_relaxed) && !tls_correlation.empty() ? tls_correlation.back() : 0;
+}
 
 // PyTorch numbers operators from 1 in every session: ids are tagged with the session they were
 // pushed in, so a kernel launched in an earlier session (or under an operator whose exit Kineto
@@ -58,19 +91,35 @@ uint64_t untag(uint64_t tagged) {
   return tagged >> kSessionShift == session_number.load() ? tagged & ((1ull << kSessionShift) - 1) : 0;
 }
 
+// The modes of NeuronConfig that the session records (DEVICE alone without a NeuronConfig).
+struct Modes {
+  bool device = true, runtime = false, cpu_util = false, host_memory = false;
+};
+
+
 // What the active session collects; one session records at a time (Kineto's rule too).
 struct Collector {
   std::mutex mu;
   std::vector<Record> records;
+  std::vector<HostEvent> host_events;
+  std::unordered_map<uint64_t, size_t> launches;  // token -> index in host_events
+  uint64_t next_launch = 0;
   std::set<int> cores;           // empty: every core
   size_t max_events_per_core = 0; // 0: unlimited
+  Modes modes;
   std::map<int, size_t> counts;
   size_t dropped = 0;
 
+  bool profiles(int device) const { return cores.empty() || cores.count(device); }
+
   void add(Record r) {
-    r.correlation = untag(r.correlation);
     std::lock_guard<std::mutex> lock(mu);
-    if (!cores.empty() && !cores.count(r.device)) return;
+    if (auto it = launches.find(r.launch); it != launches.end()) {
+      r.correlation = host_events[it->second].correlation;
+      r.args = std::move(host_events[it->second].args);
+    }
+    r.correlation = untag(r.correlation);
+    if (!modes.device || !profiles(r.device)) return;
     if (max_events_per_core && counts[r.device] >= max_events_per_core) {
       dropped++;
       return;
@@ -86,7 +135,100 @@ Collector& collector() {
 }
 
 void on_kernel(int device, int stream, const neuron_rt::LaunchInfo& info, Nanos start, Nanos end) {
-  collector().add({device, stream, info.name, info.correlation, start, end});
+  collector().add({device, stream, info.name, 0, start, end, info.correlation, {}});
+}
+
+int64_t parse_field(const std::string& text, size_t index) {
+  std::istringstream in(text);
+  std::string word;
+  for (size_t i = 0; i <= index && in >> word; ++i) {}
+  return std::stoll(word);
+}
+
+Sample take_sample() {
+  Sample s{neuron_rt::now_ns(), 0, 0, 0, 0, {}, {}};
+  std::ifstream stat("/proc/self/stat"), system("/proc/stat"), statm("/proc/self/statm");
+  std::string line;
+  // /proc/self/stat: the command may contain spaces; utime and stime are fields 14 and 15.
+  if (std::getline(stat, line)) {
+    const std::string rest = line.substr(line.rfind(')') + 2);
+    s.process_cpu_ticks = parse_field(rest, 11) + parse_field(rest, 12);
+  }
+  // /proc/stat "cpu user nice system idle iowait irq softirq steal": idle and iowait are not busy.
+  if (std::getline(system, line)) {
+    std::istringstream in(line.substr(3));
+    int64_t v;
+    for (int i = 0; i < 8 && in >> v; ++i) {
+      s.system_total_ticks += v;
+      if (i != 3 && i != 4) s.system_busy_ticks += v;
+    }
+  }
+  int64_t size = 0, resident = 0;
+  if (statm >> size >> resident) s.rss_bytes = resident * sysconf(_SC_PAGESIZE);
+  auto& rt = neuron_rt::Runtime::get();
+  for (int i = 0; i < rt.device_count(); ++i) {
+    const bool used = rt.core_initialized(i);
+    s.hbm_allocated_bytes.push_back(used ? rt.core(i).pool.stats().allocated_bytes.current : 0);
+    s.hbm_reserved_bytes.push_back(used ? rt.core(i).pool.stats().reserved_bytes.current : 0);
+  }
+  return s;
+}
+
+// Samples every kSampleInterval while a session with CPU_UTIL or HOST_MEMORY records, and once
+// at its start and stop, so even a short profile has an interval.
+class Sampler {
+ public:
+  static constexpr auto kSampleInterval = std::chrono::milliseconds(10);
+
+  void start() {
+    samples_ = {take_sample()};
+    stop_ = false;
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, kSampleInterval, [this] { return stop_; })) samples_.push_back(take_sample());
+    });
+  }
+
+  // A session Kineto drops without stopping must not leave the thread running.
+  ~Sampler() {
+    if (thread_.joinable()) stop();
+  }
+
+  std::vector<Sample> stop() {
+    if (!thread_.joinable()) return {};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    samples_.push_back(take_sample());
+    return std::move(samples_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<Sample> samples_;
+  std::thread thread_;
+};
+
+// What the last finished session leaves for torch_neuronx.profiling (read after the profile).
+std::mutex last_mu;
+std::vector<KernelArgs> last_args;
+std::vector<Sample> last_samples_;
+
+// Waiting on the queue must not hold the GIL: Python kernels (compiled graphs, kernel-language
+// ops) take it to run.
+template <class F>
+void without_gil(F&& f) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release nogil;
+    f();
+  } else {
+    f();
+  }
 }
 
 bool is_copy(const std::string& name) {
@@ -95,7 +237,7 @@ bool is_copy(const std::string& name) {
          name.find("core to core") != std::string::npos;
 }
 
-// "cores:0,2;max_events_per_nc:100": the CUSTOM_CONFIG value of the Kineto configuration that
+// "cores:0,2;max_events_per_nc:100;modes:device,runtime": the CUSTOM_CONFIG value of the Kineto configuration that
 // torch_neuronx.profiling.NeuronConfig writes.
 void parse_custom_config(const std::string& text, Collector& c) {
   std::istringstream fields(text);
@@ -110,6 +252,9 @@ void parse_custom_config(const std::string& text, Collector& c) {
       while (std::getline(items, item, ',')) c.cores.insert(std::stoi(item));
     } else if (key == "max_events_per_nc") {
       c.max_events_per_core = std::stoull(value);
+    } else if (key == "modes") {
+      c.modes = {value.find("device") != std::string::npos, value.find("runtime") != std::string::npos,
+                 value.find("cpu_util") != std::string::npos, value.find("host_memory") != std::string::npos};
     }
   }
 }
@@ -120,29 +265,52 @@ class Session final : public libkineto::IActivityProfilerSession {
     auto& c = collector();
     std::lock_guard<std::mutex> lock(c.mu);
     c.records.clear();
+    c.host_events.clear();
+    c.launches.clear();
     c.counts.clear();
     c.cores.clear();
     c.max_events_per_core = 0;
+    c.modes = {};
     c.dropped = 0;
     parse_custom_config(config.getCustomConfig(), c);
+    modes_ = c.modes;
+    cores_ = c.cores;
   }
 
   void start() override {
     session_number++;
-    recording = true;
+    if (modes_.cpu_util || modes_.host_memory) sampler_.start();
+    recording_now = true;
     neuron_rt::set_kernel_observer(&on_kernel);
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
-  // Kernels still queued when recording stops are not reported: synchronize first, as with
-  // CUDA (waiting here could deadlock on a Python kernel that needs the caller's GIL).
+  // Everything launched inside the profile is reported: wait for the profiled cores first
+  // (without the GIL, which kernel-language and compiled-graph kernels take to run).
   void stop() override {
+    auto& rt = neuron_rt::Runtime::get();
+    without_gil([&] {
+      for (int i = 0; i < rt.device_count(); ++i)
+        if (rt.core_initialized(i) && (cores_.empty() || cores_.count(i))) rt.core(i).queue.synchronize();
+    });
     neuron_rt::set_kernel_observer(nullptr);
-    recording = false;
+    recording_now = false;
+    std::vector<Sample> samples;
+    if (modes_.cpu_util || modes_.host_memory) samples = sampler_.stop();
     auto& c = collector();
-    std::lock_guard<std::mutex> lock(c.mu);
-    records_.swap(c.records);
-    dropped_ = c.dropped;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      records_.swap(c.records);
+      host_events_.swap(c.host_events);
+      c.launches.clear();
+      dropped_ = c.dropped;
+    }
+    std::vector<KernelArgs> args;
+    for (const Record& r : records_)
+      if (!r.args.empty()) args.push_back({r.device, r.start, r.args});
+    std::lock_guard<std::mutex> lock(last_mu);
+    last_args = std::move(args);
+    last_samples_ = std::move(samples);
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
@@ -155,25 +323,39 @@ class Session final : public libkineto::IActivityProfilerSession {
                     int64_t end_time) override {
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     buffer_->span = libkineto::TraceSpan(start_time, end_time, "neuron");
+    std::set<uint64_t> reported_launches;
     std::map<int, std::set<int>> lanes;
     for (const Record& r : records_) {
       const bool fallback = r.lane == kFallbackLane;
       const auto type = is_copy(r.name) ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
-      buffer_->emplace_activity(buffer_->span, type, r.name);
-      auto& a = *buffer_->activities.back();
-      a.startTime = r.start;
-      a.endTime = r.end;
-      a.id = static_cast<int32_t>(r.correlation);
+      auto& a = add_activity(type, r.name, r.start, r.end, r.correlation, linked_activity);
       a.device = r.device;
       a.resource = r.lane;
       a.threadId = r.lane;
-      a.linked = r.correlation ? linked_activity(static_cast<int32_t>(r.correlation)) : nullptr;
       a.addMetadata("device", r.device);
       a.addMetadata("stream", fallback ? -1 : r.lane);
       a.addMetadata("correlation", r.correlation);
       a.addMetadataQuoted("kind", fallback ? "cpu_fallback" : type == ActivityType::GPU_MEMCPY ? "copy" : "kernel");
       a.addMetadataQuoted("timing", fallback ? "host (measured)" : "simulated core (measured)");
+      if (!r.args.empty()) a.addMetadata("inputs", r.args);
+      if (modes_.runtime && r.launch) {  // flow arrow from the host-side launch
+        a.flow = flow(r.launch, false);
+        reported_launches.insert(r.launch);
+      }
       lanes[r.device].insert(r.lane);
+      logger.handleActivity(a);
+    }
+    for (const HostEvent& h : host_events_) {
+      const bool kernel_reported = reported_launches.count(h.launch) > 0;
+      if (h.launch && modes_.device && !kernel_reported) continue;  // its kernel was dropped (cores, cap)
+      auto& a = add_activity(ActivityType::PRIVATEUSE1_RUNTIME, h.name, h.start, std::max(h.end, h.start),
+                             untag(h.correlation), linked_activity);
+      a.id = 0;  // not an operator: the correlation id space belongs to the CPU operators
+      a.device = libkineto::processId();
+      a.resource = h.thread;
+      a.threadId = h.thread;
+      a.addMetadata("device", h.device);
+      if (kernel_reported) a.flow = flow(h.launch, true);
       logger.handleActivity(a);
     }
     for (const auto& [device, streams] : lanes) {
@@ -209,12 +391,36 @@ class Session final : public libkineto::IActivityProfilerSession {
   }
 
  private:
+  libkineto::GenericTraceActivity& add_activity(ActivityType type, const std::string& name, Nanos start,
+                                                Nanos end, uint64_t correlation,
+                                                libkineto::getLinkedActivityCallback& linked_activity) {
+    buffer_->emplace_activity(buffer_->span, type, name);
+    auto& a = *buffer_->activities.back();
+    a.startTime = start;
+    a.endTime = end;
+    a.id = static_cast<int32_t>(correlation);
+    a.linked = correlation ? linked_activity(static_cast<int32_t>(correlation)) : nullptr;
+    return a;
+  }
+
+  static libkineto::GenericTraceActivity::Flow flow(uint64_t launch, bool start) {
+    libkineto::GenericTraceActivity::Flow f;
+    f.id = static_cast<uint32_t>(launch);
+    f.type = libkineto::kLinkAsyncCpuGpu;
+    f.start = start;
+    return f;
+  }
+
   static void push(uint64_t id) { tls_correlation.push_back(session_number.load() << kSessionShift | id); }
   static void pop() {
     if (!tls_correlation.empty()) tls_correlation.pop_back();
   }
 
+  Modes modes_;
+  std::set<int> cores_;
+  Sampler sampler_;
   std::vector<Record> records_;
+  std::vector<HostEvent> host_events_;
   size_t dropped_ = 0;
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
 };
@@ -243,18 +449,6 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
 };
 
 REGISTER_PRIVATEUSE1_PROFILER(NeuronActivityProfiler);
-
-// Waiting on the queue must not hold the GIL: Python kernels (compiled graphs, kernel-language
-// ops) take it to run.
-template <class F>
-void without_gil(F&& f) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release nogil;
-    f();
-  } else {
-    f();
-  }
-}
 
 // The legacy (non-Kineto) profiler brackets each operator with timed events on the current
 // stream, as it does with CUDA events.
@@ -311,18 +505,111 @@ const bool stubs_registered = [] {
 
 }  // namespace
 
-uint64_t correlation_id() {
-  return recording.load(std::memory_order_relaxed) && !tls_correlation.empty() ? tls_correlation.back() : 0;
+bool recording() { return recording_now.load(std::memory_order_relaxed); }
+
+uint64_t on_launch(int device) {
+  if (!recording()) return 0;
+  auto& c = collector();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (!c.profiles(device)) return 0;
+  const uint64_t token = ++c.next_launch;
+  c.launches[token] = c.host_events.size();
+  c.host_events.push_back({device, "neuronLaunchKernel", libkineto::systemThreadId(), correlation_id(),
+                           neuron_rt::now_ns(), 0, token, std::exchange(tls_launch_args, {})});
+  return token;
 }
+
+void on_enqueued(uint64_t token) {
+  auto& c = collector();
+  if (!token || !c.modes.runtime) return;  // only RUNTIME's launch events need the end
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (auto it = c.launches.find(token); it != c.launches.end()) c.host_events[it->second].end = neuron_rt::now_ns();
+}
+
+namespace {
+void describe_value(const c10::IValue& v, std::string& out);
+
+void describe_tensor(const at::Tensor& t, std::string& out) {
+  if (!t.defined()) {
+    out += "null";
+    return;
+  }
+  out += "{\"shape\": [";
+  for (size_t i = 0; i < t.sizes().size(); ++i) (out += i ? ", " : "") += std::to_string(t.sizes()[i]);
+  ((out += "], \"dtype\": \"") += c10::toString(t.scalar_type())) += "\", \"bytes\": ";
+  (out += std::to_string(t.numel() * t.itemsize())) += "}";
+}
+
+void describe_list(c10::ArrayRef<c10::IValue> values, std::string& out) {
+  out += "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    describe_value(values[i], out);
+  }
+  out += "]";
+}
+
+void describe_value(const c10::IValue& v, std::string& out) {
+  if (v.isTensor()) describe_tensor(v.toTensor(), out);
+  else if (v.isTensorList() || v.isOptionalTensorList() || v.isIntList() || v.isDoubleList() || v.isBoolList())
+    describe_list(v.toListRef(), out);
+  else if (v.isBool()) out += v.toBool() ? "true" : "false";
+  else if (v.isInt()) out += std::to_string(v.toInt());
+  else if (v.isDouble() && std::isfinite(v.toDouble())) out += std::to_string(v.toDouble());
+  else out += "null";
+}
+}  // namespace
+
+// Built by appending to one string: it runs for every native call while a profiler records.
+std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
+  std::string out = "{\"inputs\": ";
+  out.reserve(256);
+  describe_list(inputs, out);
+  out += ", \"outputs\": ";
+  describe_list(outputs, out);
+  out += "}";
+  return out;
+}
+
+LaunchArgs::LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
+  if (recording()) tls_launch_args = describe(inputs, outputs);
+}
+
+LaunchArgs::~LaunchArgs() { tls_launch_args.clear(); }
 
 FallbackSpan::FallbackSpan(int device, std::string name)
     : device_(device),
       name_(std::move(name)),
       correlation_(correlation_id()),
-      start_(recording ? neuron_rt::now_ns() : 0) {}
+      start_(recording() ? neuron_rt::now_ns() : 0) {}
 
 FallbackSpan::~FallbackSpan() {
-  if (start_ && recording) collector().add({device_, kFallbackLane, name_, correlation_, start_, neuron_rt::now_ns()});
+  if (start_ && recording())
+    collector().add({device_, kFallbackLane, name_, correlation_, start_, neuron_rt::now_ns(), 0, std::move(args_)});
+}
+
+void FallbackSpan::set_args(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
+  if (start_ && recording()) args_ = describe(inputs, outputs);
+}
+
+SyncSpan::SyncSpan(int device, const char* name)
+    : device_(device), name_(name), start_(recording() && collector().modes.runtime ? neuron_rt::now_ns() : 0) {}
+
+SyncSpan::~SyncSpan() {
+  if (!start_ || !recording()) return;
+  auto& c = collector();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.host_events.push_back({device_, name_, libkineto::systemThreadId(), correlation_id(), start_, neuron_rt::now_ns()});
+}
+
+std::vector<KernelArgs> last_kernel_args() {
+  std::lock_guard<std::mutex> lock(last_mu);
+  return last_args;
+}
+
+std::vector<Sample> last_samples() {
+  std::lock_guard<std::mutex> lock(last_mu);
+  return last_samples_;
 }
 
 }  // namespace torch_neuronx::profiler

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -165,3 +169,43 @@ def test_legacy_profiler_reports_device_time():
         torch.neuron.synchronize()
     mm = [e for e in prof.function_events if e.name == "aten::mm"]
     assert mm and mm[0].device_time_total > 0
+
+
+def test_kernel_language_layer_does_not_import_profiling():
+    # Layers point downwards: nki keeps its launch reports, torch_neuronx.profiling reads them.
+    root = str(Path(torch_neuronx.__file__).resolve().parents[1])
+    code = "import sys, nki, nki.device; print('torch_neuronx.profiling' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.stdout.strip() == "False"
+
+
+def test_kernels_still_queued_when_the_profile_ends_are_reported():
+    nki_cos = _nki_cos()
+    x = torch.randn(128, 128, device="neuron")
+    v = torch.randn(128, 1, device="neuron")
+    x @ x, nki_cos(v)
+    torch.neuron.synchronize()
+    with profile(activities=ACTIVITIES) as prof:  # no synchronize before the end
+        for _ in range(10):
+            x @ x
+        nki_cos(v)  # a Python kernel: stopping waits for it without holding the GIL
+    names = [k.name() for k in device_events(prof)]
+    assert names.count("aten::mm") == 10 and "nki:cos_kernel" in names
+
+
+def _nki_cos():
+    import nki
+    import nki.language as nl
+
+    @nki.jit
+    def cos_kernel(x, out):
+        nl.store(out[0:128], value=nl.cos(nl.load(x[0:128])))
+        return out
+
+    @torch_neuronx.nki_op("profiling_test::queued_cos", mutates_args={})
+    def queued_cos(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        cos_kernel(x, out)
+        return out
+    return queued_cos

@@ -1,6 +1,7 @@
 """NeuronConfig / NeuronProfiler: the SPEC §2 example, the output layout and the Parquet tables."""
 from __future__ import annotations
 
+import json
 import os
 import warnings
 import socket
@@ -46,15 +47,63 @@ def test_spec_profiler_example_runs_unchanged(tmp_path, capsys):
     assert {p.name for p in run.iterdir()} >= {"framework_trace.json", *(f"{n}.parquet" for n in SCHEMAS)}
 
 
-def export(tmp_path: Path, fn, **kwargs) -> dict:
+def export(tmp_path: Path, fn, **kwargs) -> tuple[dict, profile]:
     nc = NeuronConfig(profile_output_dir=tmp_path, **kwargs)
     exporter = NeuronProfiler(nc)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
-                 on_trace_ready=exporter.export_trace, record_shapes=True, with_stack=True) as prof:
+                 on_trace_ready=exporter.export_trace, with_stack=True) as prof:
         fn()
         torch.neuron.synchronize()
     out = exporter.last_output_dir
     return {name: pq.read_table(out / f"{name}.parquet") for name in SCHEMAS}, prof
+
+
+def trace_events(tmp_path: Path) -> list[dict]:
+    [trace] = tmp_path.rglob("framework_trace.json")
+    return json.loads(trace.read_text())["traceEvents"]
+
+
+def test_every_mode_records_its_data(tmp_path):
+    a = torch.randn(256, 256, device="neuron")
+    a @ a
+
+    def work():
+        for _ in range(20):  # a few sampling intervals long
+            a @ a
+    tables, _ = export(tmp_path, work, modes=list(ProfileMode))
+    runtime = {r["name"]: r for r in tables["RuntimeApi"].to_pylist()}
+    assert runtime["neuronLaunchKernel"]["calls"] >= 20 and runtime["neuronDeviceSynchronize"]["calls"] >= 1
+    cpu = tables["CpuUtilization"].to_pylist()
+    assert cpu and all(r["interval_us"] > 0 and 0 <= r["system_cpu_percent"] <= 100 for r in cpu)
+    assert all(r["process_cpu_percent"] >= 0 for r in cpu)
+    memory = tables["HostMemory"].to_pylist()
+    assert len(memory) >= 2 and all(r["host_rss_bytes"] > 0 for r in memory)
+    assert all(r["device_allocated_bytes"] >= 256 * 256 * 4 for r in memory)
+    assert memory[0]["device_allocated_bytes"] == sum(memory[0]["device_allocated_bytes_per_core"])
+    events = trace_events(tmp_path)
+    launches = [e for e in events if e.get("name") == "neuronLaunchKernel"]
+    assert launches and all(e["pid"] == os.getpid() for e in launches)
+    # Each launch's flow arrow ends on a device kernel.
+    starts = {e["id"] for e in events if e.get("cat") == "ac2g" and e["ph"] == "s"}
+    ends = {e["id"] for e in events if e.get("cat") == "ac2g" and e["ph"] == "f"}
+    assert len(starts) >= 20 and starts == ends
+    counters = {e["name"] for e in events if e.get("ph") == "C"}
+    assert counters == {"CPU utilisation (%)", "Memory (bytes)"}
+    assert tables["Metadata"].to_pylist()[0]["modes"] == "device,runtime,cpu_util,host_memory"
+
+
+def test_modes_not_requested_record_nothing(tmp_path):
+    a = torch.randn(64, device="neuron")
+    a + 1
+    tables, prof = export(tmp_path, lambda: a + 1, modes=[ProfileMode.DEVICE])
+    assert tables["RuntimeApi"].num_rows == tables["CpuUtilization"].num_rows == tables["HostMemory"].num_rows == 0
+    events = trace_events(tmp_path)
+    assert not [e for e in events if e.get("cat") in ("privateuse1_runtime", "ac2g") or e.get("ph") == "C"]
+    assert [e for e in events if e.get("cat") == "kernel"]
+    _, prof = export(tmp_path / "runtime_only", lambda: a + 1, modes=[ProfileMode.RUNTIME])
+    events = prof.profiler.kineto_results.events()
+    assert "kernel" not in {e.activity_type() for e in events}
+    assert "neuronLaunchKernel" in {e.name() for e in events if e.activity_type() == "privateuse1_runtime"}
 
 
 def test_tables_have_the_documented_columns_and_estimates(tmp_path):
@@ -89,15 +138,15 @@ def test_fallback_is_charged_host_time_plus_transfer(tmp_path):
     assert tables["Summary"].to_pylist()[0]["fallback_ops"] >= 1
 
 
-def test_kernel_language_instructions_come_from_the_simulator(tmp_path):
+def _nki_cos_op():
     import nki
     import nki.language as nl
     import torch_neuronx
 
     @nki.jit
     def cos_kernel(x, out):
-        t = nl.load(x[0:128])
-        nl.store(out[0:128], value=nl.cos(t))
+        t = nl.load(x[0:x.shape[0]])
+        nl.store(out[0:x.shape[0]], value=nl.cos(t))
         return out
 
     @torch_neuronx.nki_op("profiling_test::nki_cos", mutates_args={})
@@ -105,17 +154,33 @@ def test_kernel_language_instructions_come_from_the_simulator(tmp_path):
         out = torch.empty_like(x)
         cos_kernel(x, out)
         return out
+    return nki_cos
 
-    x = torch.randn(128, 1, device="neuron")
-    nki_cos(x)
-    tables, _ = export(tmp_path, lambda: nki_cos(x))
+
+def test_kernel_language_instructions_come_from_the_simulator_per_launch(tmp_path):
+    nki_cos = _nki_cos_op()
+    small, large = torch.randn(64, 1, device="neuron"), torch.randn(128, 1, device="neuron")
+    nki_cos(small), nki_cos(large)
+    tables, _ = export(tmp_path, lambda: (nki_cos(small), nki_cos(large)))
     instructions = tables["Instruction"].to_pylist()
     assert instructions and {r["kernel_name"] for r in instructions} == {"nki:cos_kernel"}
     assert {r["engine"] for r in instructions} >= {"DMA"}
     assert all("test_profiling_exporter.py" in r["nki_source_location"] for r in instructions)
+    # One set of rows per recorded launch, each with that launch's shapes (not the latest run's).
+    shapes = {r["launch"]: r["shape"] for r in instructions if r["opcode"] == "load"}
+    assert set(shapes) == {0, 1} and "64" in shapes[0] and "128" in shapes[1]
     op = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "profiling_test::nki_cos")
     assert op["execution"] == "kernel-language" and op["estimated_chip_time_us"] > 0
-    assert tables["OpcodeSummary"].num_rows > 0
+    per_launch = len(instructions) // 2
+    assert sum(r["count"] for r in tables["OpcodeSummary"].to_pylist()) == 2 * per_launch
+
+
+def test_kernel_language_rows_are_bounded_by_max_events_per_nc(tmp_path):
+    nki_cos = _nki_cos_op()
+    x = torch.randn(128, 1, device="neuron")
+    nki_cos(x)
+    tables, _ = export(tmp_path, lambda: [nki_cos(x) for _ in range(4)], max_events_per_nc=2)
+    assert {r["launch"] for r in tables["Instruction"].to_pylist()} <= {0, 1}
 
 
 def test_capture_enabled_for_nc_limits_the_recorded_cores(tmp_path):
@@ -142,6 +207,7 @@ def test_max_events_per_nc_caps_the_recorded_kernels(tmp_path):
     ({"correlate_device_time": False}, "correlate_device_time"),
     ({"modes": ["gpu"]}, "gpu"),
     ({"target": "trn9"}, "trn9"),
+    ({"neff_cache_dir": "/tmp/neff"}, "neff_cache_dir"),
 ])
 def test_config_errors_are_clear(kwargs, match):
     with pytest.raises(ValueError, match=match):

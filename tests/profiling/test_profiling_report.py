@@ -33,7 +33,7 @@ def profile_dir(tmp_path_factory) -> Path:
         warnings.simplefilter("ignore")
         step()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
-                     on_trace_ready=NeuronProfiler(nc).export_trace, record_shapes=True,
+                     on_trace_ready=NeuronProfiler(nc).export_trace,
                      schedule=torch.profiler.schedule(wait=0, warmup=0, active=2, repeat=1)) as prof:
             for _ in range(2):
                 step()

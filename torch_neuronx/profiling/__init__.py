@@ -17,8 +17,7 @@ __all__ = ["NeuronConfig", "ProfileMode", "NeuronProfiler"]
 
 
 def __getattr__(name: str) -> Any:
-    # The exporter needs pyarrow; kernel-language kernels import this package (nki_reports) and
-    # should not pay for it.
+    # The exporter needs pyarrow: importing the configuration alone should not pay for it.
     if name == "NeuronProfiler":
         from .exporter import NeuronProfiler
         return NeuronProfiler

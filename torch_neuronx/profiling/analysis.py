@@ -7,6 +7,9 @@ per-engine accounting. See docs/profiling.md for the columns.
 """
 from __future__ import annotations
 
+import bisect
+import json
+import os
 import platform
 import time
 from collections import Counter, defaultdict
@@ -17,13 +20,16 @@ import pyarrow as pa
 import torch
 from torch.autograd import DeviceType
 
+from nki.device import LaunchReport, launch_reports
 from nki.simulator.cost_model import ENGINES, HardwareConfig
 
-from . import cost_model, nki_reports
+from .. import _C
+from . import cost_model
 
 FALLBACK_PREFIX = "cpu fallback: "
 COMPILED_KERNEL = "neuron::compiled_graph"
 NKI_PREFIX = "nki:"
+RUNTIME_ACTIVITY = "privateuse1_runtime"
 
 SCHEMAS: dict[str, pa.Schema] = {
     "FrameworkOp": pa.schema([
@@ -35,7 +41,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("estimated_bytes_moved", pa.int64()), ("source_location", pa.string()),
     ]),
     "Instruction": pa.schema([
-        ("kernel_name", pa.string()), ("launches", pa.int64()), ("index", pa.int64()),
+        ("kernel_name", pa.string()), ("core", pa.int64()), ("launch", pa.int64()), ("index", pa.int64()),
         ("engine", pa.string()), ("opcode", pa.string()), ("shape", pa.string()),
         ("dtype", pa.string()), ("flops", pa.int64()), ("dma_bytes", pa.int64()),
         ("estimated_cycles", pa.float64()), ("estimated_time_us", pa.float64()),
@@ -57,6 +63,20 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("kernels", pa.int64()), ("fallback_ops", pa.int64()), ("unestimated_ops", pa.int64()),
         *[(f"{e}_estimated_active_time_us", pa.float64()) for e in ENGINES],
         *[(f"{e}_instructions", pa.int64()) for e in ENGINES],
+    ]),
+    "RuntimeApi": pa.schema([
+        ("name", pa.string()), ("calls", pa.int64()), ("host_time_us", pa.float64()),
+        ("max_host_time_us", pa.float64()),
+    ]),
+    "CpuUtilization": pa.schema([
+        ("time_unix_us", pa.float64()), ("interval_us", pa.float64()),
+        ("process_cpu_percent", pa.float64()), ("system_cpu_percent", pa.float64()),
+    ]),
+    "HostMemory": pa.schema([
+        ("time_unix_us", pa.float64()), ("host_rss_bytes", pa.int64()),
+        ("device_allocated_bytes", pa.int64()), ("device_reserved_bytes", pa.int64()),
+        ("device_allocated_bytes_per_core", pa.list_(pa.int64())),
+        ("device_reserved_bytes_per_core", pa.list_(pa.int64())),
     ]),
     "Metadata": pa.schema([
         ("is_simulation", pa.bool_()), ("chip_generation", pa.string()),
@@ -99,15 +119,102 @@ def _source(stack: list[str]) -> str:
     return next((f for f in stack if "/torch/" not in f and "torch_neuronx/" not in f), "")
 
 
+class _LaunchReports:
+    """Finds the simulator report of a recorded kernel-language launch: the one that ran on the
+    same core, under the same name, inside the kernel's measured interval."""
+
+    def __init__(self, start_ns: int, end_ns: int) -> None:
+        self._by_kernel: dict[tuple[int, str], list[LaunchReport]] = defaultdict(list)
+        for r in sorted(launch_reports(start_ns, end_ns), key=lambda r: r.start_ns):
+            self._by_kernel[(r.device, r.kernel)].append(r)
+        self._starts = {key: [r.start_ns for r in rs] for key, rs in self._by_kernel.items()}
+
+    def find(self, kernel: Any) -> LaunchReport | None:
+        key = (kernel.device_index(), kernel.name())
+        reports = self._by_kernel.get(key, [])
+        i = bisect.bisect_left(self._starts.get(key, []), kernel.start_ns())
+        if i < len(reports) and reports[i].end_ns <= kernel.end_ns():
+            return reports[i]
+        return None
+
+
+def runtime_rows(events: list) -> list[dict]:
+    """RUNTIME mode: the runtime's host-side calls (launches, synchronize waits) by name."""
+    spans: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.activity_type() == RUNTIME_ACTIVITY:
+            spans[e.name()].append(e.duration_ns() / 1e3)
+    return [{"name": name, "calls": len(us), "host_time_us": sum(us), "max_host_time_us": max(us)}
+            for name, us in sorted(spans.items())]
+
+
+def cpu_rows(samples: list[dict]) -> list[dict]:
+    """CPU_UTIL mode: utilisation over each interval between samples. The process figure is in
+    cores (100% = one core busy), the system figure over all CPUs."""
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    rows = []
+    for before, after in zip(samples, samples[1:]):
+        seconds = (after["time_ns"] - before["time_ns"]) / 1e9
+        total = after["system_total_ticks"] - before["system_total_ticks"]
+        process = (after["process_cpu_ticks"] - before["process_cpu_ticks"]) / ticks_per_s
+        busy = after["system_busy_ticks"] - before["system_busy_ticks"]
+        rows.append({"time_unix_us": after["time_ns"] / 1e3, "interval_us": seconds * 1e6,
+                     "process_cpu_percent": 100 * process / seconds if seconds > 0 else 0.0,
+                     "system_cpu_percent": 100 * busy / total if total > 0 else 0.0})
+    return rows
+
+
+def memory_rows(samples: list[dict]) -> list[dict]:
+    """HOST_MEMORY mode: host RSS and device (HBM) memory at each sample."""
+    return [{"time_unix_us": s["time_ns"] / 1e3, "host_rss_bytes": s["rss_bytes"],
+             "device_allocated_bytes": sum(s["hbm_allocated_bytes"]),
+             "device_reserved_bytes": sum(s["hbm_reserved_bytes"]),
+             "device_allocated_bytes_per_core": s["hbm_allocated_bytes"],
+             "device_reserved_bytes_per_core": s["hbm_reserved_bytes"]} for s in samples]
+
+
+def _charge_simulated(op: _Op, launch: LaunchReport) -> None:
+    """Adds a kernel-language launch's simulator estimate (per-engine accounting) to its operator."""
+    report = launch.report
+    op.estimated = True
+    op.estimated_s += report.estimated_seconds
+    op.flops += report.flops
+    op.bytes += report.dma_bytes
+    for engine, busy in report.engine_busy_seconds.items():
+        op.engine[engine] += busy
+
+
+def _charge(op: _Op, kind: str, est: cost_model.Estimate | None) -> None:
+    """Adds one call's cost-model estimate to its operator."""
+    if est is None:
+        return
+    op.estimated = True
+    op.flops += est.flops
+    op.bytes += est.bytes_moved
+    op.bound[est.bound] += 1
+    if kind == "fallback":
+        # Charged with its measured host time (in tables) plus moving its tensors both ways.
+        op.estimated_s += cost_model.transfer_seconds(est.bytes_moved)
+    else:
+        op.estimated_s += est.seconds
+        op.engine[est.engine] += est.seconds
+
+
 def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes: list[str],
            profiled_cores: str) -> dict[str, pa.Table]:
     """The analysis tables of a finished profile (``prof`` as given to ``on_trace_ready``)."""
     events = prof.profiler.kineto_results.events()
-    cpu = {e.correlation_id(): e for e in events if e.device_type() == DeviceType.CPU}
+    # Operators and scopes; runtime events (RUNTIME mode) share their operator's id.
+    cpu = {e.correlation_id(): e for e in events
+           if e.device_type() == DeviceType.CPU and e.activity_type() != RUNTIME_ACTIVITY}
     device = [e for e in events if e.device_type() == DeviceType.PrivateUse1]
+    kernel_args = _C._profiler_kernel_args()  # (core, start ns) -> the kernel's tensors (JSON)
+    described: dict[int, tuple[str, str, dict]] = {}  # per call: op name, kind, its kernel's tensors
     ops: dict[str, _Op] = defaultdict(_Op)
     seen_calls: set[int] = set()
-    nki_launches: Counter = Counter()
+    nki_reports = _LaunchReports(min((k.start_ns() for k in device), default=0),
+                                 max((k.end_ns() for k in device), default=0))
+    nki_launches: list[tuple[Any, LaunchReport]] = []  # (device event, its simulator report)
     for k in device:
         parent = cpu.get(k.linked_correlation_id())
         name = parent.name() if parent is not None else k.name()
@@ -119,37 +226,21 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             op.device_ns += k.duration_ns()
         if kind != "native":  # an operator's copies and bookkeeping kernels do not make it native
             op.execution = kind
-        if kind == "kernel-language":
-            nki_launches[k.name()] += 1
-            report = nki_reports.latest(k.name())
-            if report is not None:
-                op.estimated = True
-                op.estimated_s += report.estimated_seconds
-                op.flops += report.flops
-                op.bytes += report.dma_bytes
-                for engine, busy in report.engine_busy_seconds.items():
-                    op.engine[engine] += busy
-        if parent is None or k.linked_correlation_id() in seen_calls:
+        launch = nki_reports.find(k) if kind == "kernel-language" else None
+        if launch is not None:
+            nki_launches.append((k, launch))
+            _charge_simulated(op, launch)
+        args = kernel_args.get((k.device_index(), k.start_ns()))
+        call = k.linked_correlation_id()
+        if parent is not None and args and kind in ("native", "fallback") and call not in described:
+            described[call] = (name, kind, json.loads(args))
+        if parent is None or call in seen_calls:
             continue
-        seen_calls.add(k.linked_correlation_id())
+        seen_calls.add(call)
         op.calls += 1
         op.source = op.source or _source(list(parent.stack()))
-        if kind == "kernel-language":
-            continue
-        est = cost_model.estimate(name, [list(s) for s in parent.shapes()], list(parent.dtypes()),
-                                  list(parent.concrete_inputs()), hw)
-        if est is None:
-            continue
-        op.estimated = True
-        op.flops += est.flops
-        op.bytes += est.bytes_moved
-        op.bound[est.bound] += 1
-        if kind == "fallback":
-            # Charged with its measured host time (below) plus moving its tensors both ways.
-            op.estimated_s += cost_model.transfer_seconds(est.bytes_moved)
-        else:
-            op.estimated_s += est.seconds
-            op.engine[est.engine] += est.seconds
+    for name, kind, args in described.values():
+        _charge(ops[name], kind, cost_model.estimate(name, args, hw))
     for op in ops.values():
         if op.execution == "fallback":
             op.estimated = True
@@ -168,22 +259,22 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     } for name, op in sorted(ops.items(), key=lambda kv: -(kv[1].device_ns + kv[1].fallback_ns))]
 
     instructions, opcodes, nki_engine_counts = [], defaultdict(lambda: [0, 0.0, 0.0]), Counter()
-    for kernel, launches in sorted(nki_launches.items()):
-        report = nki_reports.latest(kernel)
-        if report is None:
-            continue
-        for i, r in enumerate(report.instructions):
+    ordinals: Counter = Counter()
+    for k, launch in sorted(nki_launches, key=lambda kl: kl[0].start_ns()):
+        ordinals[k.name()] += 1
+        for i, r in enumerate(launch.report.instructions):
             instructions.append({
-                "kernel_name": kernel, "launches": launches, "index": i, "engine": r.engine,
+                "kernel_name": k.name(), "core": k.device_index(), "launch": ordinals[k.name()] - 1,
+                "index": i, "engine": r.engine,
                 "opcode": r.opcode, "shape": str(tuple(r.shape)), "dtype": r.dtype, "flops": r.flops,
                 "dma_bytes": r.dma_bytes, "estimated_cycles": r.cycles,
                 "estimated_time_us": r.seconds * 1e6, "nki_source_location": r.location,
                 "program_id": str(tuple(r.program_id))})
             agg = opcodes[(r.engine, r.opcode)]
-            agg[0] += launches
-            agg[1] += r.cycles * launches
-            agg[2] += r.seconds * 1e6 * launches
-            nki_engine_counts[r.engine] += launches
+            agg[0] += 1
+            agg[1] += r.cycles
+            agg[2] += r.seconds * 1e6
+            nki_engine_counts[r.engine] += 1
     opcode_rows = [{"engine": e, "opcode": o, "count": c, "estimated_cycles": cy, "estimated_time_us": us}
                    for (e, o), (c, cy, us) in sorted(opcodes.items())]
 
@@ -235,6 +326,10 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "note": "device times are measured on the simulator; estimated_* columns are cost-model "
                 "estimates for the target chip, not measurements",
     }
+    samples = _C._profiler_samples()  # taken only in CPU_UTIL / HOST_MEMORY modes
     rows = {"FrameworkOp": framework, "Instruction": instructions, "OpcodeSummary": opcode_rows,
-            "ActiveTime": active, "Summary": [summary], "Metadata": [metadata]}
+            "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
+            "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
+            "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],
+            "HostMemory": memory_rows(samples) if "host_memory" in modes else []}
     return {name: pa.Table.from_pylist(rows[name], schema=schema) for name, schema in SCHEMAS.items()}

@@ -12,9 +12,10 @@ from .cost_model import hardware
 
 
 class ProfileMode(enum.Enum):
-    """What to capture. DEVICE: kernels on the cores; RUNTIME: launches, copies and fallbacks;
-    CPU_UTIL / HOST_MEMORY: host-side utilisation and memory (recorded by torch.profiler itself,
-    the latter with ``profile_memory=True``)."""
+    """What to capture (docs/profiling.md). DEVICE: kernels, copies and fallbacks on the cores;
+    RUNTIME: the host side of the runtime (kernel launches with flow arrows to their kernels,
+    synchronize waits); CPU_UTIL: sampled process and system CPU utilisation; HOST_MEMORY: sampled
+    host RSS and device (HBM) memory."""
 
     DEVICE = "device"
     RUNTIME = "runtime"
@@ -29,7 +30,8 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
     max_events_per_nc: cap on recorded kernels per core (0: no cap); later ones are dropped.
     correlate_device_time: link each kernel to the operator that launched it (always on: the
     device time columns of ``key_averages`` need it; False is refused rather than ignored).
-    neff_cache_dir: accepted for compatibility; the simulator has no NEFF files.
+    neff_cache_dir: refused: the simulator has no NEFF files to read (compiled graphs are cached
+    under TORCH_NEURONX_NEFF_CACHE_DIR).
     target: chip generation the cost model estimates for (default: the simulated one).
     """
 
@@ -44,6 +46,10 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         if not correlate_device_time:
             raise ValueError("NeuronConfig(correlate_device_time=False) is not supported: device "
                              "kernels are always linked to their operators")
+        if neff_cache_dir is not None:
+            raise ValueError(f"NeuronConfig(neff_cache_dir={neff_cache_dir!r}) is not supported: the "
+                             "simulated cores run no NEFF files for the profiler to read; compiled "
+                             "graphs are cached under TORCH_NEURONX_NEFF_CACHE_DIR. Drop the argument.")
         if max_events_per_nc < 0:
             raise ValueError(f"NeuronConfig(max_events_per_nc={max_events_per_nc}): must be >= 0")
         try:
@@ -51,7 +57,7 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
                      if capture_enabled_for_nc is not None else ())
         except ValueError as e:
             raise ValueError(f"NeuronConfig(capture_enabled_for_nc={capture_enabled_for_nc!r}): {e}") from None
-        fields = []
+        fields = ["modes:" + ",".join(m.value for m in modes)]
         if cores:
             fields.append("cores:" + ",".join(map(str, cores)))
         if max_events_per_nc:
@@ -65,6 +71,5 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
         self.cores = cores
         self.max_events_per_nc = max_events_per_nc
         self.correlate_device_time = correlate_device_time
-        self.neff_cache_dir = neff_cache_dir
         self.target = target or current_topology().generation
         hardware(self.target)  # refuses an unknown generation now rather than at export

@@ -1,6 +1,7 @@
 """NeuronProfiler: writes a finished profile's trace and analysis tables to disk."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -33,7 +34,26 @@ class NeuronProfiler:
         prof.export_chrome_trace(str(out / TRACE_FILE))
         hw = cost_model.hardware(nc.target, current_topology().cores_per_chip)
         profiled = ",".join(map(str, nc.cores)) or "all"
-        for name, table in analysis.tables(prof, hw, nc.target, [m.value for m in nc.modes], profiled).items():
+        tables = analysis.tables(prof, hw, nc.target, [m.value for m in nc.modes], profiled)
+        for name, table in tables.items():
             pq.write_table(table, out / f"{name}.parquet")
+        add_counter_tracks(out / TRACE_FILE, tables["CpuUtilization"].to_pylist(), tables["HostMemory"].to_pylist())
         self.last_output_dir = out
         return out
+
+
+def add_counter_tracks(trace: Path, cpu: list[dict], memory: list[dict]) -> None:
+    """Adds the CPU_UTIL / HOST_MEMORY samples to the trace as counter tracks of the process."""
+    if not cpu and not memory:
+        return
+    data = json.loads(trace.read_text())
+    base_us = data.get("baseTimeNanoseconds", 0) / 1e3  # trace times are relative to it
+
+    def counter(name: str, row: dict, args: dict) -> dict:
+        return {"ph": "C", "name": name, "pid": os.getpid(), "ts": row["time_unix_us"] - base_us, "args": args}
+    data["traceEvents"] += [counter("CPU utilisation (%)", r, {"process": r["process_cpu_percent"],
+                                                             "system": r["system_cpu_percent"]}) for r in cpu]
+    data["traceEvents"] += [counter("Memory (bytes)", r, {"host RSS": r["host_rss_bytes"],
+                                                        "device allocated": r["device_allocated_bytes"],
+                                                        "device reserved": r["device_reserved_bytes"]}) for r in memory]
+    trace.write_text(json.dumps(data))
