@@ -96,7 +96,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
     """AOTAutograd's forward/backward/inference compiler."""
     artifacts.preserve(f"fx_graphs/graph_{graph_id}_{kind}_aot.py", gm.print_readable(print_output=False))
     entry, seeds = _compile_cached(gm, example_inputs, graph_id, kind)
-    return Executable(entry, gm, f"neuron::compiled_graph_{graph_id}_{kind}", seeds)
+    return Executable(entry, gm, seeds)
 
 
 def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,

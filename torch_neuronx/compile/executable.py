@@ -20,6 +20,7 @@ from torch import fx
 from .. import _C
 from . import rng
 
+KERNEL_NAME = "neuron::compiled_graph"  # how the profiler recognizes compiled graphs (docs/profiling.md)
 _running = threading.local()  # per core worker thread: the allocation state of the running kernel
 
 
@@ -101,8 +102,7 @@ class _OutputPlan:
 class Executable:
     """Callable with the boxed calling convention of AOTAutograd compilers."""
 
-    def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, name: str,
-                 seeds: int) -> None:
+    def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int) -> None:
         """``compiled``: the entry function of Inductor's generated module, taking the boxed host
         inputs (then ``seeds`` random seeds, when the graph has random ops); ``gm``: the graph it
         was compiled from, whose output metadata gives the outputs' layouts."""
@@ -110,7 +110,6 @@ class Executable:
         self.compiled = compiled
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
         self.outputs = _output_specs(gm)
-        self.name = name
         self.seeds = seeds
         self.plan = _OutputPlan.make(self.outputs, {}, {}, learned=False)
 
@@ -165,4 +164,4 @@ class Executable:
                            if isinstance(out, torch.Tensor) and not _in_place(out, result)]
             _fill(out_aliases, results, pending)
 
-        _C._launch_python_kernel(device, kernel, self.name, False)
+        _C._launch_python_kernel(device, kernel, KERNEL_NAME, False)
