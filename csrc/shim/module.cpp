@@ -2,6 +2,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include "compiled_graph.h"
 #include "device.h"
 #include "generator.h"
 #include "native_kernel.h"
@@ -89,6 +90,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_launch_python_kernel", &launch_python_kernel);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
+  bind_compiled_graph(m);
   m.def("_register_native_op", &register_native_op);
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);

@@ -27,18 +27,30 @@ def test_autocast_inside_a_compiled_region_matches_cpu_autocast():
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
 
 
-def dropout(x: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.dropout(x, 0.5, training=True) * 3
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.nn.functional.dropout(x, p, training=True) * 3
 
 
-def test_dropout_draws_from_the_cpu_generator_like_cpu_inductor():
-    x = torch.ones(1000)
-    torch.manual_seed(0)
-    cpu = torch.compile(dropout)(x)
+def test_dropout_draws_from_the_neuron_generator():
+    x = torch.ones(1000, device="neuron")
     compiled = torch.compile(dropout, backend="neuron")
-    torch.default_generator.manual_seed(0)  # the CPU generator alone decides the mask
-    first = compiled(x.to("neuron")).cpu()
-    second = compiled(x.to("neuron")).cpu()
-    torch.testing.assert_close(first, cpu)
-    assert not torch.equal(first, second)  # the generator advances between calls
-    assert set(first.unique().tolist()) == {0.0, 6.0}
+    torch.neuron.manual_seed(0)
+    state = torch.neuron.get_rng_state()
+    first, second = compiled(x, 0.5).cpu(), compiled(x, 0.5).cpu()
+    assert not torch.equal(first, second)  # the core's generator advances per call
+    torch.neuron.set_rng_state(state)
+    torch.default_generator.manual_seed(123)  # the CPU generator plays no part
+    assert torch.equal(compiled(x, 0.5).cpu(), first)
+    torch.neuron.manual_seed(1)
+    assert not torch.equal(compiled(x, 0.5).cpu(), first)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_keeps_the_expected_fraction_scaled(p):
+    n = 200_000
+    torch.neuron.manual_seed(0)
+    out = torch.compile(dropout, backend="neuron")(torch.ones(n, device="neuron"), p).cpu()
+    kept = out != 0
+    torch.testing.assert_close(out[kept], torch.full((int(kept.sum()),), 3 / (1 - p)))
+    # Within 5 standard deviations of the binomial keep count.
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * ((p * (1 - p) / n) ** 0.5)

@@ -139,3 +139,62 @@ def test_the_fallback_switch_runs_a_failing_graph_eagerly(data_dependent_shapes,
         out = compiled(x.to("neuron"))
     torch.testing.assert_close(out.cpu(), nonzero_count(x))
     assert torch_neuronx.get_dynamo_metrics()["eager_fallbacks"] == 1
+
+
+class NonzeroScaledGrad(torch.autograd.Function):
+    """A static forward whose backward has a data-dependent size, which the lowering refuses."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad * (grad > 0).nonzero().float().sum()  # only the backward can compute it
+
+
+def scaled_sum(x: torch.Tensor) -> torch.Tensor:
+    return NonzeroScaledGrad.apply(x).sin().sum()
+
+
+def test_a_failing_backward_compile_makes_the_whole_graph_run_eagerly(data_dependent_shapes):
+    torch_neuronx.reset_dynamo_metrics()
+    x = torch.tensor([0.0, 1.5, 0.0, -2.0], requires_grad=True)
+    x_dev = x.detach().to("neuron").requires_grad_()
+    compiled = torch.compile(scaled_sum, backend="neuron", options={"fallback_execution": True})
+    with pytest.warns(UserWarning, match=r"(?s)runs eagerly.*stage 'lowering' failed for the backward graph"):
+        out = compiled(x_dev)
+    out.backward()
+    scaled_sum(x).backward()
+    torch.testing.assert_close(out.detach().cpu(), scaled_sum(x).detach())
+    torch.testing.assert_close(x_dev.grad.cpu(), x.grad)
+    assert torch_neuronx.get_dynamo_metrics()["eager_fallbacks"] == 1
+
+
+@pytest.fixture
+def recompile_limit_2(monkeypatch):
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+
+
+def test_shapes_over_the_recompile_limit_run_eagerly_with_a_warning(recompile_limit_2):
+    torch_neuronx.reset_dynamo_metrics()
+    cpu, dev = mlp(), torch.compile(mlp().to("neuron"), backend="neuron")
+    for rows in (4, 6, 9, 11):  # 4: static; 6 and 9: per-shape executables; 11: over the limit
+        x = torch.randn(rows, 16)
+        if rows == 11:
+            with pytest.warns(UserWarning, match=r"graph \d+ has been compiled for 2 input shapes "
+                                                 r"\(torch._dynamo.config.recompile_limit\).*pad inputs"):
+                out = dev(x.to("neuron"))
+        else:
+            out = dev(x.to("neuron"))
+        torch.testing.assert_close(out.cpu(), cpu(x), rtol=1e-5, atol=1e-6)
+    assert torch_neuronx.get_dynamo_metrics()["recompilations"] == 2
+
+
+def test_fail_on_recompile_limit_hit_raises_over_the_limit(recompile_limit_2, monkeypatch):
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+    dev = torch.compile(mlp().to("neuron"), backend="neuron")
+    for rows in (4, 6, 9):
+        dev(torch.randn(rows, 16, device="neuron"))
+    with pytest.raises(RuntimeError, match="recompile_limit"):
+        dev(torch.randn(11, 16, device="neuron"))

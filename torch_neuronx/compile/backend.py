@@ -19,7 +19,7 @@ import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import artifacts, cache, metrics, settings
+from . import artifacts, cache, metrics, rng, settings
 from .executable import Executable
 from .flex_attention import accept_neuron_inputs
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
@@ -48,8 +48,9 @@ def _stage(name: str, graph: str) -> Iterator[None]:
                 "or pass options={'fallback_execution': True}.") from error
 
 
-def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: str) -> tuple[str, Any]:
-    """Lower and compile a graph: (the generated module's source, the compiled graph)."""
+def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: str) -> tuple[str, Any, int]:
+    """Lower and compile a graph: (the generated module's source, the compiled graph, the number
+    of random seeds it takes as a trailing input)."""
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.fx_passes.joint_graph import joint_graph_passes
@@ -62,68 +63,108 @@ def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: s
         # pattern rewrites): without them random ops do not lower.
         with V.set_fake_mode(torch._guards.detect_fake_mode(host_inputs)):
             joint_graph_passes(host_gm)
-        compiled = compile_fx_inner(host_gm, host_inputs)
+        seeds, seeds_example = rng.seeds_as_input(host_gm)
+        compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []))
     metrics.count("executables_compiled")
     artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", compiled.source_code)
-    return compiled.source_code, compiled
+    return compiled.source_code, compiled, seeds
 
 
 def _compile_cached(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
-                    kind: str) -> Callable[[list[Any]], Any]:
-    """The graph's host entry function, from the executable cache when it has the graph."""
+                    kind: str) -> tuple[Callable[[list[Any]], Any], int]:
+    """The graph's host entry function and its seed count, from the executable cache when it has
+    the graph."""
     root = settings.cache_dir()
     with cache.inductor_dir(root):
         if root is None:
-            return _build(gm, example_inputs, graph_id, kind)[1].current_callable
+            _, compiled, seeds = _build(gm, example_inputs, graph_id, kind)
+            return compiled.current_callable, seeds
         digest = cache.key(gm)
         with cache.lock(root, digest):
             with metrics.stage("cache_load"):
                 entry = cache.load(root, digest)
             metrics.count("cache_hits" if entry else "cache_misses")
             if entry is None:
-                source, compiled = _build(gm, example_inputs, graph_id, kind)
-                entry = compiled.current_callable
+                source, compiled, seeds = _build(gm, example_inputs, graph_id, kind)
+                entry = compiled.current_callable, seeds
                 if not compiled.constants:  # constants live in the module object, not its source
-                    cache.store(root, digest, source)
+                    cache.store(root, digest, source, seeds)
             return entry
 
 
 def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: int, kind: str) -> Executable:
     """AOTAutograd's forward/backward/inference compiler."""
     artifacts.preserve(f"fx_graphs/graph_{graph_id}_{kind}_aot.py", gm.print_readable(print_output=False))
-    entry = _compile_cached(gm, example_inputs, graph_id, kind)
-    return Executable(entry, gm, f"neuron::compiled_graph_{graph_id}_{kind}")
+    entry, seeds = _compile_cached(gm, example_inputs, graph_id, kind)
+    return Executable(entry, gm, seeds)
 
 
-def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int) -> Callable[..., Any]:
+def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
+                 options: dict[str, Any] | None) -> Callable[..., Any]:
     from torch._inductor.decomposition import select_decomp_table
     compiler = functools.partial(_compile_graph, graph_id=graph_id)
     backend = aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
                            bw_compiler=functools.partial(compiler, kind="backward"),
                            inference_compiler=functools.partial(compiler, kind="inference"),
                            decompositions=select_decomp_table())
-    with _stage("aot_autograd", f"graph {graph_id}"):
+    # With the eager fallback on, the backward compiles with the forward (not at the first
+    # backward), so that a failure of either makes the whole graph run eagerly.
+    ahead = settings.fallback_execution(options)
+    with _stage("aot_autograd", f"graph {graph_id}"), \
+            torch._functorch.config.patch(force_non_lazy_backward_lowering=ahead):
         return backend(gm, example_inputs)
+
+
+def _compile_or_fallback(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
+                         options: dict[str, Any] | None) -> Callable[..., Any]:
+    """The compiled graph, or with the fallback switch on and a failing compile, the graph
+    itself (run eagerly on the device)."""
+    try:
+        return _aot_compile(gm, example_inputs, graph_id, options)
+    except Exception as error:
+        if not settings.fallback_execution(options):
+            raise
+        metrics.count("eager_fallbacks")
+        warnings.warn(f"torch.compile(backend='neuron'): graph {graph_id} runs eagerly because its "
+                      f"compile failed ({error}).", stacklevel=3)
+        return gm.forward
 
 
 class PerShapeExecutables:
     """Automatic dynamic shapes made Dynamo trace a symbolic graph (its default after a second
     input shape, which only a backend-wide config could switch off): compile it for each concrete
-    shape instead, so executables stay static. Each new shape is a counted recompilation."""
+    shape instead, so executables stay static. Each new shape is a counted recompilation, up to
+    Dynamo's ``recompile_limit`` shapes; later shapes run eagerly (or raise with
+    ``fail_on_recompile_limit_hit``), as Dynamo treats a frame over its limit."""
 
-    def __init__(self, gm: fx.GraphModule, graph_id: int) -> None:
+    def __init__(self, gm: fx.GraphModule, graph_id: int, options: dict[str, Any] | None) -> None:
         self.gm = gm
         self.graph_id = graph_id
+        self.options = options
         self.by_spec: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     @torch._disable_dynamo
     def __call__(self, *args: Any) -> Any:
         spec = tuple((a.dtype, a.shape, a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
         compiled = self.by_spec.get(spec)
+        if compiled is None and len(self.by_spec) >= torch._dynamo.config.recompile_limit:
+            return self._over_limit(spec)(*args)
         if compiled is None:
             metrics.count("recompilations")
-            compiled = self.by_spec[spec] = _aot_compile(self.gm, list(args), self.graph_id)
+            compiled = self.by_spec[spec] = _compile_or_fallback(self.gm, list(args), self.graph_id, self.options)
         return compiled(*args)
+
+    def _over_limit(self, spec: tuple[Any, ...]) -> Callable[..., Any]:
+        shapes = [tuple(s[1]) for s in spec if isinstance(s, tuple)]
+        message = (f"torch.compile(backend='neuron'): graph {self.graph_id} has been compiled for "
+                   f"{len(self.by_spec)} input shapes (torch._dynamo.config.recompile_limit); "
+                   f"input shapes {shapes} run eagerly. Give the compiled region fewer distinct "
+                   "shapes (pad inputs to a few sizes, or mark_static the varying dimension), or "
+                   "raise torch._dynamo.config.recompile_limit.")
+        if torch._dynamo.config.fail_on_recompile_limit_hit:
+            raise RuntimeError(message)
+        warnings.warn(message, stacklevel=3)
+        return self.gm.forward
 
 
 def _warn_unused(mode: str | None, options: dict[str, Any] | None) -> None:
@@ -152,15 +193,7 @@ def neuron_backend(gm: fx.GraphModule, example_inputs: list[Any], mode: str | No
     if any(is_symbolic(x) for x in example_inputs):
         if not torch._dynamo.config.assume_static_by_default:  # torch.compile(dynamic=True)
             raise refuse_dynamic()
-        return PerShapeExecutables(gm, graph_id)
+        return PerShapeExecutables(gm, graph_id, options)
     if _is_recompile():
         metrics.count("recompilations")
-    try:
-        return _aot_compile(gm, example_inputs, graph_id)
-    except Exception as error:
-        if not settings.fallback_execution(options):
-            raise
-        metrics.count("eager_fallbacks")
-        warnings.warn(f"torch.compile(backend='neuron'): graph {graph_id} runs eagerly because its "
-                      f"compile failed ({error}).", stacklevel=2)
-        return gm.forward
+    return _compile_or_fallback(gm, example_inputs, graph_id, options)

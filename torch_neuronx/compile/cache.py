@@ -23,7 +23,7 @@ import filelock
 import torch
 from torch import fx
 
-_FORMAT = "1"  # bump when the entry layout changes
+_FORMAT = "2"  # bump when the entry layout changes
 
 
 @functools.cache
@@ -102,26 +102,29 @@ def _checksum(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def load(root: Path, digest: str) -> Callable[[list[Any]], Any] | None:
-    """The cached executable's entry function, or None (a miss, or a corrupt entry: warned)."""
+def load(root: Path, digest: str) -> tuple[Callable[[list[Any]], Any], int] | None:
+    """The cached executable's entry function and seed count, or None (a miss, or a corrupt
+    entry: warned)."""
     from torch._inductor.codecache import PyCodeCache
     path = _entry(root, digest)
     if not path.exists():
         return None
     try:
         header, source = path.read_text().split("\n", 1)
-        if header != f"# sha256 {_checksum(source)}":
+        checksum, seeds = header.removeprefix("# sha256 ").split(" seeds ")
+        if checksum != _checksum(source):
             raise ValueError("checksum mismatch")
-        return PyCodeCache.load(source).call
+        return PyCodeCache.load(source).call, int(seeds)
     except Exception as error:  # any damage: the entry is rebuilt, never fatal
         warnings.warn(f"torch.compile(backend='neuron'): cache entry {path} is corrupt ({error}); "
                       "recompiling the graph and overwriting it.", stacklevel=2)
         return None
 
 
-def store(root: Path, digest: str, source: str) -> None:
+def store(root: Path, digest: str, source: str, seeds: int) -> None:
+    """Write the generated module and the number of random seeds its entry function takes."""
     path = _entry(root, digest)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(f"# sha256 {_checksum(source)}\n{source}")
+        tmp.write(f"# sha256 {_checksum(source)} seeds {seeds}\n{source}")
     os.replace(tmp.name, path)

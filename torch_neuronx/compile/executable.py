@@ -9,6 +9,7 @@ copied into its output.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,9 @@ import torch
 from torch import fx
 
 from .. import _C
+from . import rng
 
+KERNEL_NAME = "neuron::compiled_graph"  # how the profiler recognizes compiled graphs (docs/profiling.md)
 _running = threading.local()  # per core worker thread: the allocation state of the running kernel
 
 
@@ -62,68 +65,103 @@ def _output_specs(gm: fx.GraphModule) -> list[Any]:
     return [node.meta.get("val") if isinstance(node, fx.Node) else node for node in output.args[0]]
 
 
-def _fill(outputs: list[Any], results: list[Any]) -> None:
-    """Copy each tensor result not computed in its own output. A result viewing the memory of
-    an output computed in place is cloned first, so no copy overwrites what is still to be read."""
-    tensors = [(out, result) for out, result in zip(outputs, results) if isinstance(out, torch.Tensor)]
-    in_place = {out.data_ptr() for out, result in tensors if _in_place(out, result)}
-    pending = [(out, result) for out, result in tensors if not _in_place(out, result)]
-    for out, result in pending:
+def _fill(outputs: list[Any], results: list[Any], pending: list[int]) -> None:
+    """Copy the results at ``pending`` positions into their outputs. A result viewing the memory
+    of an output computed in place is cloned first, so no copy overwrites what is still to be read."""
+    if not pending:
+        return
+    in_place = {out.data_ptr() for i, out in enumerate(outputs)
+                if isinstance(out, torch.Tensor) and i not in pending}
+    for i in pending:
+        out, result = outputs[i], results[i]
         out.copy_(result.clone() if result.untyped_storage().data_ptr() in in_place else result)
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutputPlan:
+    """How a call produces its outputs. Replaced as a whole, so a call launched before the first
+    call's kernel ran keeps the plan it allocated its outputs by."""
+    output_of_allocation: dict[int, int]  # allocation position -> output computed in it
+    input_of_output: dict[int, int]  # output -> the input it is
+    pending: list[int] | None  # outputs copied; None: not learned yet, check each one
+    allocated: list[int]  # outputs allocated per call
+    allocated_specs: list[torch.Tensor]  # their layouts, as meta tensors
+
+    @staticmethod
+    def make(outputs: list[Any], output_of_allocation: dict[int, int], input_of_output: dict[int, int],
+             learned: bool) -> _OutputPlan:
+        tensors = [i for i, v in enumerate(outputs) if isinstance(v, torch.Tensor)]
+        in_place = {*output_of_allocation.values(), *input_of_output}
+        allocated = [i for i in tensors if i not in input_of_output]
+        specs = [torch.empty_strided(outputs[i].shape, outputs[i].stride(), dtype=outputs[i].dtype,
+                                     device="meta") for i in allocated]
+        pending = [i for i in tensors if i not in in_place] if learned else None
+        return _OutputPlan(output_of_allocation, input_of_output, pending, allocated, specs)
 
 
 class Executable:
     """Callable with the boxed calling convention of AOTAutograd compilers."""
 
-    def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, name: str) -> None:
+    def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int) -> None:
         """``compiled``: the entry function of Inductor's generated module, taking the boxed host
-        inputs; ``gm``: the graph it was compiled from, whose output metadata gives the outputs'
-        layouts."""
+        inputs (then ``seeds`` random seeds, when the graph has random ops); ``gm``: the graph it
+        was compiled from, whose output metadata gives the outputs' layouts."""
         self._boxed_call = True  # an instance attribute: AOTAutograd's wrappers copy __dict__
         self.compiled = compiled
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
         self.outputs = _output_specs(gm)
-        self.name = name
-        # Learned on the first call: output index per allocation position, input per output.
-        self.output_of_allocation: dict[int, int] | None = None
-        self.input_of_output: dict[int, int] = {}
+        self.seeds = seeds
+        self.plan = _OutputPlan.make(self.outputs, {}, {}, learned=False)
 
     def _learn(self, made: list[torch.Tensor], hosts: list[Any], results: list[Any]) -> None:
+        """Record which allocation (or input) each output is, from a call that copied them all."""
         # Results are matched by address: the generated code may return a reinterpretation of a
         # buffer. Freed buffers' memory is reused, and the last allocation at an address is live.
         position = {buffer.data_ptr(): k for k, buffer in enumerate(made)}
         input_index = {id(host): j for j, host in enumerate(hosts)}
-        self.output_of_allocation, self.input_of_output = {}, {}
+        output_of_allocation: dict[int, int] = {}
+        input_of_output: dict[int, int] = {}
         for i, (result, spec) in enumerate(zip(results, self.outputs)):
             if not (isinstance(spec, torch.Tensor) and isinstance(result, torch.Tensor)
                     and _layout(result) == _layout(spec)):
                 continue
             k = position.get(result.data_ptr())
             if id(result) in input_index:
-                self.input_of_output[i] = input_index[id(result)]
-            elif k is not None and k not in self.output_of_allocation and _same_memory_layout(made[k], spec):
-                self.output_of_allocation[k] = i
+                input_of_output[i] = input_index[id(result)]
+            elif k is not None and k not in output_of_allocation and _same_memory_layout(made[k], spec):
+                output_of_allocation[k] = i
+        self.plan = _OutputPlan.make(self.outputs, output_of_allocation, input_of_output, learned=True)
 
     def __call__(self, args: list[Any]) -> list[Any]:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        plan = self.plan
         inputs = list(args)
-        outputs = [inputs[self.input_of_output[i]] if i in self.input_of_output
-                   else torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
-                   if isinstance(v, torch.Tensor) else v for i, v in enumerate(self.outputs)]
+        if self.seeds:
+            inputs.append(rng.draw_seeds(self.seeds, device))
+        outputs = list(self.outputs)
+        for i, j in plan.input_of_output.items():
+            outputs[i] = inputs[j]
+        for i, out in zip(plan.allocated, _C._empty_outputs(plan.allocated_specs, device.index)):
+            outputs[i] = out
         args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
+        self._launch(device.index, plan, inputs, outputs)
+        return outputs
 
+    def _launch(self, device: int, plan: _OutputPlan, inputs: list[Any], outputs: list[Any]) -> None:
         def kernel() -> None:
-            hosts = [_C._host_alias(a) if isinstance(a, torch.Tensor) else a for a in inputs]
-            aliases = [_C._host_alias(o) if isinstance(o, torch.Tensor) else o for o in outputs]
-            plan = {k: aliases[i] for k, i in (self.output_of_allocation or {}).items()}
-            _running.allocations = allocations = _Allocations(plan)
+            aliases = _C._host_aliases(inputs + outputs)
+            hosts, out_aliases = aliases[:len(inputs)], aliases[len(inputs):]
+            _running.allocations = allocations = _Allocations(
+                {k: out_aliases[i] for k, i in plan.output_of_allocation.items()})
             try:
                 results = self.compiled(list(hosts))  # the boxed call empties its list
             finally:
                 _running.allocations = None
-            if self.output_of_allocation is None:
+            pending = plan.pending
+            if pending is None:
                 self._learn(allocations.made, hosts, results)
-            _fill(aliases, results)
+                pending = [i for i, (out, result) in enumerate(zip(out_aliases, results))
+                           if isinstance(out, torch.Tensor) and not _in_place(out, result)]
+            _fill(out_aliases, results, pending)
 
-        _C._launch_python_kernel(device.index, kernel, self.name, False)
-        return outputs
+        _C._launch_python_kernel(device, kernel, KERNEL_NAME, False)
