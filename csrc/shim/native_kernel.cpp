@@ -27,6 +27,7 @@
 #include "generator.h"
 #include "op_tracking.h"
 #include "profiler.h"
+#include "rnn_cells.h"
 
 namespace torch_neuronx {
 
@@ -182,6 +183,10 @@ const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
       {"aten::convolution_overrideable", {"aten::convolution", nullptr, nullptr}},
       {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
       {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
+      {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
+      {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},
+      {"aten::_thnn_fused_gru_cell", {nullptr, nullptr, &fused_gru_cell}},
+      {"aten::_thnn_fused_gru_cell_backward", {nullptr, nullptr, &fused_gru_cell_backward}},
   };
   return table;
 }

@@ -51,7 +51,9 @@ REQUIRED_SYNC = {
     "aten::bincount", "aten::equal",
 }
 # No CPU kernel: the shim runs them through a host substitute (csrc/shim/native_kernel.cpp).
-HOST_SUBSTITUTED = {"aten::convolution_overrideable", "aten::convolution_backward_overrideable"}
+HOST_SUBSTITUTED = {"aten::convolution_overrideable", "aten::convolution_backward_overrideable",
+                    "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_lstm_cell_backward_impl",
+                    "aten::_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell_backward"}
 
 
 def _packet_and_overload(op: str) -> tuple[str, str]:
