@@ -28,7 +28,8 @@ CPU kernel are listed, except _foreach_*/_fused_*/_amp_* ops, which are listed s
 one device kernel handles the whole tensor list. Convolution on a PrivateUse1 device
 reaches aten::convolution_overrideable / convolution_backward_overrideable, which have
 no CPU kernel: the shim runs them through host substitutes (aten::convolution /
-aten::convolution_backward), as it runs native_dropout with the core's generator.
+aten::convolution_backward), as it runs native_dropout with the core's generator and the
+fused LSTM/GRU cells (aten::_thnn_fused_*), which only CUDA implements, with CUDA's math.
 """
 from dataclasses import dataclass
 
@@ -371,7 +372,12 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::xlogy.OutTensor", "async", None, "elementwise"),
     Lowering("aten::xlogy.Tensor", "async", "OutTensor", "elementwise"),
     Lowering("aten::xlogy_.Tensor", "async", None, "elementwise"),
-    # ---- activation (92)
+    # ---- activation (97)
+    Lowering("aten::_add_relu.Scalar", "async", "Scalar_out", "activation"),
+    Lowering("aten::_add_relu.Tensor", "async", "out", "activation"),
+    Lowering("aten::_add_relu.out", "async", None, "activation"),
+    Lowering("aten::_add_relu_.Scalar", "async", None, "activation"),
+    Lowering("aten::_add_relu_.Tensor", "async", None, "activation"),
     Lowering("aten::_log_softmax", "async", "out", "activation"),
     Lowering("aten::_log_softmax.out", "async", None, "activation"),
     Lowering("aten::_log_softmax_backward_data", "async", "out", "activation"),
@@ -687,10 +693,20 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::ormqr.out", "sync", None, "linalg"),
     Lowering("aten::triangular_solve", "sync", "X", "linalg"),
     Lowering("aten::triangular_solve.X", "sync", None, "linalg"),
-    # ---- attention (3)
+    # ---- attention (8)
     Lowering("aten::_fused_sdp_choice", "sync", None, "attention"),
+    Lowering("aten::_masked_softmax", "async", "out", "attention"),
+    Lowering("aten::_masked_softmax_backward", "async", "out", "attention"),
+    Lowering("aten::_native_multi_head_attention", "async", "out", "attention"),
     Lowering("aten::_scaled_dot_product_flash_attention_for_cpu", "async", None, "attention"),
     Lowering("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "async", None, "attention"),
+    Lowering("aten::_transform_bias_rescale_qkv", "async", "out", "attention"),
+    Lowering("aten::_transformer_encoder_layer_fwd", "async", "out", "attention"),
+    # ---- rnn (4)
+    Lowering("aten::_thnn_fused_lstm_cell", "async", None, "rnn"),
+    Lowering("aten::_thnn_fused_lstm_cell_backward_impl", "async", None, "rnn"),
+    Lowering("aten::_thnn_fused_gru_cell", "async", None, "rnn"),
+    Lowering("aten::_thnn_fused_gru_cell_backward", "async", None, "rnn"),
     # ---- normalization (20)
     Lowering("aten::_batch_norm_with_update", "async", None, "normalization"),
     Lowering("aten::_batch_norm_with_update.out", "async", None, "normalization"),
