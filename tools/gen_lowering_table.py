@@ -202,6 +202,16 @@ _EXCLUDED_PREFIXES = (
 _EXCLUDED_EXACT = {"unfold", "to", "is_set_to", "linalg_eig", "linalg_eigvals", "_linalg_eigvals"}
 
 
+def _is_inplace_composite(ov: torch._ops.OpOverload) -> bool:
+    """An in-place overload whose CPU slot is a composite calling the out= kernel with self as the
+    output (addr_, logical_and_). Listed so the composite runs on the host: CPU kernels refuse to
+    resize an output that is their input (`&result == &self`), an identity the dispatcher's trip
+    to the device and back would lose, turning the CPU's error into a silent resize."""
+    name = ov.name()
+    return (ov._schema.name.endswith("_") and not _is_functional(ov._schema)
+            and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"))
+
+
 def _excluded(ov: torch._ops.OpOverload) -> bool:
     packet = ov._schema.name.removeprefix("aten::")
     if packet in _EXCLUDED_EXACT:
@@ -455,7 +465,8 @@ def build_table() -> dict[str, list[tuple[str, str, str | None]]]:
         if not name.startswith("aten::"):
             continue
         ov = _overload(name)
-        if _excluded(ov) or not (_has_cpu_kernel(name) or _is_list_op(ov._schema.name.removeprefix("aten::"))):
+        if _excluded(ov) or not (_has_cpu_kernel(name) or _is_list_op(ov._schema.name.removeprefix("aten::"))
+                                 or _is_inplace_composite(ov)):
             continue
         family = _family(ov) or ("other" if name in traced else None)
         if family is not None:

@@ -29,8 +29,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 from torch_neuronx.testing.conformance import expectations, opinfo, runner
 
 # The conformance runner's CI operators, plus those whose device bugs these tests found (out=
-# strides of a view into a workspace; in-place through out= on a broadcast input).
-FAST_OPS = [op for op in op_db if op.name in (*runner.FAST_OPS, "linalg.lstsq", "logical_and", "ldexp", "addr")]
+# strides of a view into a workspace; in-place through out= on a broadcast input; CPU indices).
+FAST_OPS = [op for op in op_db if op.name in (*runner.FAST_OPS, "linalg.lstsq", "logical_and", "ldexp", "addr",
+                                               "addbmm", "index_put")]
 MAX_SAMPLES = 4
 RESIZE_WARNING = "An output with one or more elements was resized"
 _EXPECTATIONS = expectations.load()
@@ -49,12 +50,6 @@ KNOWN_FAILURES = {
     ("test_out", "native_batch_norm"): "upstream-test-issue: in eval mode the op leaves the save_mean/save_invstd outs unwritten (uninitialized memory)",
     ("test_out", "_native_batch_norm_legit"): "upstream-test-issue: in eval mode the op leaves the save_mean/save_invstd outs unwritten (uninitialized memory)",
     ("test_out", "mode"): "PyTorch's mode(out=) refuses devices other than CPU, CUDA and XPU",
-    ("test_out", "linspace.tensor_overload"): _UNANALYSED + " (resize warning with tensor start/end)",
-    ("test_out", "logspace.tensor_overload"): _UNANALYSED + " (resize warning with tensor start/end)",
-    ("test_variant_consistency", "addbmm"): "backend limitation: addbmm_ on an input that must grow resizes it on the CPU; device memory cannot grow in place, so the device raises",
-    ("test_noncontiguous_samples", "index_put"): "backend gap: PyTorch accepts CPU index tensors for CUDA tensors; the neuron device refuses them",
-    ("test_variant_consistency", "index_put"): "backend gap: PyTorch accepts CPU index tensors for CUDA tensors; the neuron device refuses them",
-    ("test_view_semantics", "index_put"): "backend gap: PyTorch accepts CPU index tensors for CUDA tensors; the neuron device refuses them",
     ("test_view_semantics", "narrow"): _UNANALYSED + " (narrow with a CPU tensor start: the device result does not alias the input)",
     **{("test_view_semantics", key): _UNANALYSED + " (aliasing of a result)" for key in (
         "histogramdd", "quantile", "nanquantile", "linalg.matrix_rank", "linalg.matrix_rank.hermitian",
