@@ -202,6 +202,16 @@ _EXCLUDED_PREFIXES = (
 _EXCLUDED_EXACT = {"unfold", "to", "is_set_to", "linalg_eig", "linalg_eigvals", "_linalg_eigvals"}
 
 
+def _is_inplace_composite(ov: torch._ops.OpOverload) -> bool:
+    """An in-place overload whose CPU slot is a composite calling the out= kernel with self as the
+    output (addr_, logical_and_). Listed so the composite runs on the host: CPU kernels refuse to
+    resize an output that is their input (`&result == &self`), an identity the dispatcher's trip
+    to the device and back would lose, turning the CPU's error into a silent resize."""
+    name = ov.name()
+    return (ov._schema.name.endswith("_") and not _is_functional(ov._schema)
+            and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"))
+
+
 def _excluded(ov: torch._ops.OpOverload) -> bool:
     packet = ov._schema.name.removeprefix("aten::")
     if packet in _EXCLUDED_EXACT:
@@ -220,13 +230,17 @@ _FAMILY_NAMES: dict[str, set[str]] = {
     "random": {"native_dropout", "bernoulli", "normal", "uniform", "random", "exponential", "cauchy",
                "log_normal", "geometric", "multinomial", "randperm", "randint", "rand", "randn", "poisson",
                "standard_gamma", "sample_dirichlet", "binomial", "rrelu_with_noise", "dirichlet_grad"},
+    # _scaled_mm stays out: its CPU kernel multiplies float8 operands, a dtype the device does not hold.
     "matmul": {"mm", "bmm", "addmm", "addmv", "addbmm", "baddbmm", "mv", "dot", "vdot", "addr", "int_mm",
                "addmm_activation", "linalg_vecdot", "cross", "linalg_cross"},
-    "attention": {"fused_sdp_choice", "scaled_dot_product_flash_attention_for_cpu"},
+    # The transformer inference fast path: nn.TransformerEncoderLayer/MultiheadAttention in eval
+    # mode call these on a PrivateUse1 device as on CUDA, and their CPU kernels compose table ops.
+    "attention": {"fused_sdp_choice", "scaled_dot_product_flash_attention_for_cpu", "native_multi_head_attention",
+                  "transformer_encoder_layer_fwd", "transform_bias_rescale_qkv", "masked_softmax"},
     "activation": {"relu", "relu6", "gelu", "silu", "elu", "celu", "selu", "leaky_relu", "hardtanh",
                    "hardsigmoid", "hardswish", "mish", "softplus", "softshrink", "hardshrink", "threshold",
                    "glu", "prelu", "log_sigmoid", "softmax", "log_softmax", "safe_softmax", "tanh", "sigmoid",
-                   "logit"},
+                   "logit", "add_relu"},
     "indexing": {"index", "index_put", "index_put_impl", "index_select", "index_add", "index_copy",
                  "index_fill", "index_reduce", "gather", "scatter", "scatter_add", "scatter_reduce",
                  "masked_fill", "masked_scatter", "masked_select", "take", "put", "nonzero", "nonzero_static",
@@ -361,7 +375,7 @@ def _out_overload(ov: torch._ops.OpOverload) -> str | None:
 # ---------------------------------------------------------------- output
 
 _FAMILY_ORDER = ("elementwise", "activation", "comparison", "reduction", "sorting", "matmul", "linalg", "attention",
-                 "normalization", "loss", "conv", "pooling", "indexing", "shape", "creation", "random",
+                 "rnn", "normalization", "loss", "conv", "pooling", "indexing", "shape", "creation", "random",
                  "foreach", "optimizer", "other")
 
 _HEADER = '''"""Lowering table: the ATen ops the neuron backend runs natively.
@@ -394,7 +408,8 @@ CPU kernel are listed, except _foreach_*/_fused_*/_amp_* ops, which are listed s
 one device kernel handles the whole tensor list. Convolution on a PrivateUse1 device
 reaches aten::convolution_overrideable / convolution_backward_overrideable, which have
 no CPU kernel: the shim runs them through host substitutes (aten::convolution /
-aten::convolution_backward), as it runs native_dropout with the core's generator.
+aten::convolution_backward), as it runs native_dropout with the core's generator and the
+fused LSTM/GRU cells (aten::_thnn_fused_*), which only CUDA implements, with CUDA's math.
 """
 from dataclasses import dataclass
 
@@ -432,10 +447,13 @@ def lowering_for(op: str) -> Lowering | None:
 '''
 
 
-# Ops with no CPU kernel that the shim runs through a host substitute (csrc/shim/host_ops):
-# on a PrivateUse1 device, convolution dispatches to the "overrideable" entry points.
+# Ops with no CPU kernel that the shim runs through a host substitute (csrc/shim/native_kernel.cpp):
+# on a PrivateUse1 device, convolution dispatches to the "overrideable" entry points, and the
+# LSTM/GRU cells to the fused cells that otherwise only CUDA implements (csrc/shim/rnn_cells.cpp).
 _HOST_SUBSTITUTED = {"aten::convolution_overrideable": "conv",
-                     "aten::convolution_backward_overrideable": "conv"}
+                     "aten::convolution_backward_overrideable": "conv",
+                     "aten::_thnn_fused_lstm_cell": "rnn", "aten::_thnn_fused_lstm_cell_backward_impl": "rnn",
+                     "aten::_thnn_fused_gru_cell": "rnn", "aten::_thnn_fused_gru_cell_backward": "rnn"}
 
 
 def build_table() -> dict[str, list[tuple[str, str, str | None]]]:
@@ -447,7 +465,8 @@ def build_table() -> dict[str, list[tuple[str, str, str | None]]]:
         if not name.startswith("aten::"):
             continue
         ov = _overload(name)
-        if _excluded(ov) or not (_has_cpu_kernel(name) or _is_list_op(ov._schema.name.removeprefix("aten::"))):
+        if _excluded(ov) or not (_has_cpu_kernel(name) or _is_list_op(ov._schema.name.removeprefix("aten::"))
+                                 or _is_inplace_composite(ov)):
             continue
         family = _family(ov) or ("other" if name in traced else None)
         if family is not None:

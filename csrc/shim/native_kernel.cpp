@@ -9,14 +9,15 @@
 #include "native_kernel.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
-#include <ATen/native/Resize.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/bit_cast.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "generator.h"
 #include "op_tracking.h"
 #include "profiler.h"
+#include "rnn_cells.h"
 
 namespace torch_neuronx {
 
@@ -122,6 +124,8 @@ struct Plan {
   };
   std::vector<Return> returns;
   std::vector<std::pair<size_t, TensorLayout>> out_resizes;  // out= arguments the op resizes
+  // The kernel's own resize warnings (resize_output warns, addbmm's resize_as_ does not).
+  std::vector<c10::Warning> resize_warnings;
   bool use_out = false;  // the out= overload writes preallocated outputs correctly
 };
 
@@ -182,6 +186,10 @@ const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
       {"aten::convolution_overrideable", {"aten::convolution", nullptr, nullptr}},
       {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
       {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
+      {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
+      {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},
+      {"aten::_thnn_fused_gru_cell", {nullptr, nullptr, &fused_gru_cell}},
+      {"aten::_thnn_fused_gru_cell_backward", {nullptr, nullptr, &fused_gru_cell_backward}},
   };
   return table;
 }
@@ -208,8 +216,10 @@ class NativeKernel final : public c10::OperatorKernel {
     for (const auto& arg : schema.arguments()) {
       kinds_.push_back(classify(arg));
       is_out_.push_back(arg.is_out());
+      written_.push_back(arg.alias_info() && arg.alias_info()->isWrite());
       has_generator_ |= kinds_.back() == ArgKind::Generator;
-      if (arg.alias_info() && arg.alias_info()->isWrite()) functional_ = false;
+      has_index_list_ |= kinds_.back() == ArgKind::OptTensorList;
+      if (written_.back()) functional_ = false;
     }
     for (const auto& ret : schema.returns()) {
       Plan::Return r;
@@ -230,6 +240,7 @@ class NativeKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n = kinds_.size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    if (has_index_list_) move_cpu_indices(first);
     Words key;
     bool cacheable = !sync_;
     const Placement place = scan(first, key, cacheable);
@@ -254,6 +265,26 @@ class NativeKernel final : public c10::OperatorKernel {
   void inject_fault(int count) { faults_ = count; }
 
  private:
+  // Advanced indexing takes index tensors on the CPU and moves them to the indexed tensor's
+  // device, as CUDA does (Tensor?[] arguments are always indices).
+  void move_cpu_indices(torch::jit::Stack::iterator first) const {
+    c10::Device device(kNeuron, current_device());
+    auto it = first;
+    for (size_t i = 0; i < kinds_.size(); ++i, ++it)
+      if (kinds_[i] == ArgKind::Tensor && it->isTensor() && it->toTensor().device().type() == kNeuron) {
+        device = it->toTensor().device();
+        break;
+      }
+    it = first;
+    for (size_t i = 0; i < kinds_.size(); ++i, ++it) {
+      if (kinds_[i] != ArgKind::OptTensorList) continue;
+      c10::List<std::optional<at::Tensor>> moved;  // a new list: the caller's (saved for autograd) stays as it is
+      for (const std::optional<at::Tensor>& t : it->toOptionalTensorList())
+        moved.push_back(t.has_value() && t->defined() && t->is_cpu() ? std::optional<at::Tensor>(t->to(device)) : t);
+      *it = c10::IValue(moved);
+    }
+  }
+
   // Checks devices and dtypes and writes the signature of the call into `key`.
   Placement scan(torch::jit::Stack::iterator first, Words& key, bool& cacheable) const {
     Placement place;
@@ -408,13 +439,6 @@ class NativeKernel final : public c10::OperatorKernel {
                                              layout.dtype);
   }
 
-  // Gives an out= argument the layout the operator chose for it (resize_output warns, as on
-  // the CPU, when a non-empty output is resized).
-  static void resize_out(const at::Tensor& out, const TensorLayout& layout) {
-    at::native::resize_output(out, layout.sizes);
-    restride(out, layout);
-  }
-
   // Strides, offset and storage size of a resized out= argument as the operator left them.
   static void restride(const at::Tensor& out, const TensorLayout& layout) {
     if (out.strides() == c10::IntArrayRef(layout.strides) && out.storage_offset() == layout.storage_offset)
@@ -426,7 +450,11 @@ class NativeKernel final : public c10::OperatorKernel {
 
   void launch_planned(const c10::OperatorHandle& op, const Plan& plan, std::vector<c10::IValue> args,
                       c10::DeviceIndex device, torch::jit::Stack* stack) {
-    for (const auto& [i, layout] : plan.out_resizes) resize_out(args[i].toTensor(), layout);
+    for (const auto& w : plan.resize_warnings) c10::warn(w);
+    for (const auto& [i, layout] : plan.out_resizes) {
+      args[i].toTensor().resize_(layout.sizes);
+      restride(args[i].toTensor(), layout);
+    }
     std::vector<c10::IValue> outputs;
     for (const auto& r : plan.returns) {
       if (r.alias_arg >= 0) {
@@ -524,14 +552,13 @@ class NativeKernel final : public c10::OperatorKernel {
     return true;
   }
 
-  // An out= argument that is also an input (logical_and_ runs logical_and.out(self, self, other))
-  // runs on its alias, not on a copy: the kernel then sees the aliasing and refuses to broadcast
-  // into it, as on the CPU, instead of resizing it.
-  bool aliases_an_input(const std::vector<c10::IValue>& args, size_t out) const {
+  // A written argument that overlaps another input without being it (x.add_(x[0])) runs on its
+  // alias, so the kernel sees the overlap and refuses it as on the CPU.
+  bool overlaps_an_input(const std::vector<c10::IValue>& args, size_t out) const {
     const at::Tensor& o = args[out].toTensor();
     for (size_t j = 0; j < args.size(); ++j)
-      if (j != out && !is_out_[j] && kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
-          args[j].toTensor().defined() && args[j].toTensor().is_alias_of(o))
+      if (j != out && !written_[j] && kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
+          args[j].toTensor().defined() && args[j].toTensor().is_alias_of(o) && !args[j].toTensor().is_same(o))
         return true;
     return false;
   }
@@ -547,7 +574,11 @@ class NativeKernel final : public c10::OperatorKernel {
   void build(const c10::OperatorHandle& op, std::vector<c10::IValue> args, c10::DeviceIndex device,
              torch::jit::Stack* stack, const Words* key) {
     torch::jit::Stack results;
-    std::vector<std::pair<size_t, at::Tensor>> out_clones;  // out= arguments, run on resizable copies
+    // Written arguments (out= and in-place) run on resizable copies: the CPU kernel may resize
+    // them (addbmm_ grows a broadcast self). An input that is the same tensor shares the copy,
+    // so the kernel sees the identity (logical_and.out(x, x, y, out=x) refuses to broadcast).
+    std::vector<std::pair<size_t, at::Tensor>> out_clones;
+    bool resizes_an_input = false;
     WarningCollector warnings;
     bool use_out = false;
     // The profiler's cost model needs the outputs: an in-place call knows them now, any other
@@ -565,13 +596,19 @@ class NativeKernel final : public c10::OperatorKernel {
                         maybe_fault();
                         HostAliases alias;
                         results = host_args(args, alias, device);
-                        for (size_t i = 0; i < kinds_.size(); ++i)
-                          if (is_out_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() &&
-                              !aliases_an_input(args, i)) {
-                            auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
-                            out_clones.emplace_back(i, clone);
-                            results[i] = clone;
-                          }
+                        for (size_t i = 0; i < kinds_.size(); ++i) {
+                          // Self-overlapping outputs (expanded) stay aliases too: the kernel refuses them.
+                          if (!written_[i] || kinds_[i] != ArgKind::Tensor || !results[i].isTensor() ||
+                              !results[i].toTensor().defined() || overlaps_an_input(args, i) ||
+                              at::has_internal_overlap(args[i].toTensor()) == at::MemOverlap::Yes)
+                            continue;
+                          auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
+                          out_clones.emplace_back(i, clone);
+                          for (size_t j = 0; j < kinds_.size(); ++j)
+                            if (kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
+                                args[j].toTensor().is_same(args[i].toTensor()))
+                              results[j] = clone;
+                        }
                         const at::AutoDispatchBelowADInplaceOrView below_autograd;
                         call_host(op, results, device);
                         if (key && functional_ && out_op_ && !has_generator_ && !host_run_ && !host_op_) {
@@ -595,9 +632,15 @@ class NativeKernel final : public c10::OperatorKernel {
     counter_.launches++;
     auto plan = std::make_shared<Plan>();
     plan->use_out = use_out;
+    for (const auto& w : warnings.warnings)
+      if (w.msg().find("was resized") != std::string::npos) plan->resize_warnings.push_back(w);
     for (auto& [i, clone] : out_clones) {
       at::Tensor out = args[i].toTensor();
       if (out.sizes() != clone.sizes()) {  // the operator resized its output (and warned)
+        // Planned launches resize before the kernel runs, which would change an input too.
+        resizes_an_input |= !is_out_[i] || std::any_of(args.begin(), args.end(), [&](const c10::IValue& a) {
+          return &a != &args[i] && a.isTensor() && a.toTensor().is_same(out);
+        });
         TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type(), true,
                             clone.storage_offset(), clone.storage().nbytes()};
         out.resize_(layout.sizes);
@@ -634,7 +677,7 @@ class NativeKernel final : public c10::OperatorKernel {
       if (r.is_list) stack->push_back(c10::IValue(outs));
       else stack->push_back(outs[0]);
     }
-    if (key) {
+    if (key && !resizes_an_input) {
       std::lock_guard<std::mutex> lock(cache_mu_);
       if (cache_.size() >= kMaxPlans) cache_.clear();  // shapes keep changing: start over
       cache_.emplace(*key, std::move(plan));
@@ -650,7 +693,8 @@ class NativeKernel final : public c10::OperatorKernel {
   void (*host_run_)(torch::jit::Stack&, c10::DeviceIndex) = nullptr;
   bool has_generator_ = false;
   std::vector<ArgKind> kinds_;
-  std::vector<bool> is_out_;
+  std::vector<bool> is_out_, written_;
+  bool has_index_list_ = false;
   std::vector<Plan::Return> return_shape_;
   bool functional_ = true;
   std::atomic<int> faults_{0};

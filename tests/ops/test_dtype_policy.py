@@ -15,12 +15,12 @@ import torch_neuronx
 from torch_neuronx.ops.lowering_table import NATIVE_DTYPES, lowering_for
 from helpers import DEVICE, assert_same, check_twice, sync
 
-# An op without a lowering (verified below): the masked softmax of the transformer inference fast path.
-FALLBACK_OP = "aten::_masked_softmax"
+# An op without a lowering (verified below): quantization is outside the table on purpose.
+FALLBACK_OP = "aten::fake_quantize_per_tensor_affine_cachemask"
 
 
 def fallback_fn(x: torch.Tensor) -> torch.Tensor:
-    return torch._masked_softmax(x, x > 10, 1)  # True masks an element out: none here
+    return torch.fake_quantize_per_tensor_affine(x, 0.1, 0, -128, 127)
 
 
 def _fallback_warnings(caught):
@@ -286,7 +286,7 @@ def test_strict_mode_from_env():
     code = ("import torch, torch_neuronx\n"
             "x = torch.ones(2, 2, device='neuron') * 2\n"
             "try:\n"
-            "    torch._masked_softmax(x, x > 10, 1)\n"
+            "    torch.fake_quantize_per_tensor_affine(x, 0.1, 0, -128, 127)\n"
             "except RuntimeError as e:\n"
             "    print('RAISED', 'STRICT_FALLBACK' in str(e))\n"
             "print('VALUE', (x + 1).sum().item())\n")

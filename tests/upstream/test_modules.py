@@ -21,13 +21,9 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 FAST_MODULES = {"nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.RMSNorm", "nn.GroupNorm",
                 "nn.Embedding", "nn.GELU", "nn.MaxPool2d", "nn.AdaptiveAvgPool2d", "nn.CrossEntropyLoss",
-                "nn.MultiheadAttention", "nn.TransformerEncoderLayer", "nn.LSTM"}
+                "nn.MultiheadAttention", "nn.TransformerEncoderLayer", "nn.LSTM", "nn.GRU"}
 # Outputs drawn from the generator (random pooling regions): CPU and device draw differently.
 RANDOM_MODULES = {"nn.FractionalMaxPool2d", "nn.FractionalMaxPool3d"}
-# Known backend gaps, asserted so that a fix shows up here. PyTorch sends LSTM/GRU cells on a
-# PrivateUse1 device to fused cell kernels that only CUDA implements (no CPU kernel to fall back to).
-KNOWN_FAILURES = {"nn.LSTM": "_thnn_fused_lstm_cell", "nn.LSTMCell": "_thnn_fused_lstm_cell",
-                  "nn.GRU": "_thnn_fused_gru_cell", "nn.GRUCell": "_thnn_fused_gru_cell"}
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -74,10 +70,6 @@ def _suite(name: str, module_list: Sequence[ModuleInfo]) -> type[TestCase]:
                 args, kwargs = module_input.forward_input.args, module_input.forward_input.kwargs
                 module = copy.deepcopy(cpu_module).to(device)
                 device_inputs = tree_map(_Mover(device), (args, kwargs))
-                if module_info.name in KNOWN_FAILURES:
-                    with self.assertRaisesRegex(NotImplementedError, KNOWN_FAILURES[module_info.name]):
-                        _forward_backward(module, *device_inputs)
-                    continue
                 actual = _forward_backward(module, *device_inputs)
                 expected = _forward_backward(cpu_module, args, kwargs)
                 # Attention takes the CPU's flash kernel on the CPU and the math path on the device
