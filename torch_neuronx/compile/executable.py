@@ -17,6 +17,7 @@ import torch
 from torch import fx
 
 from .. import _C
+from . import cost
 
 _running = threading.local()  # per core worker thread: the allocation state of the running kernel
 
@@ -84,6 +85,7 @@ class Executable:
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
         self.outputs = _output_specs(gm)
         self.name = name
+        cost.record(name, gm)  # its FLOPs and bytes, for the profiler's estimates
         # Learned on the first call: output index per allocation position, input per output.
         self.output_of_allocation: dict[int, int] | None = None
         self.input_of_output: dict[int, int] = {}
