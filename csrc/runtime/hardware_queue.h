@@ -41,7 +41,7 @@ struct Event {
 struct LaunchInfo {
   std::string name;          // operation name, used in error messages
   std::string launch_stack;  // Python stack at launch, when stack capture is on
-  uint64_t correlation = 0;  // the launching framework operator, while a profiler records
+  uint64_t correlation = 0;  // opaque token the shim links the kernel to its launch with (0: none)
 };
 
 // Called on a worker after each kernel with its execution interval; set only while a

@@ -73,6 +73,7 @@ struct HostEvent {
 
 thread_local std::vector<uint64_t> tls_correlation;
 thread_local std::string tls_launch_args;  // of the live LaunchArgs; the first launch takes it
+thread_local int tls_fallbacks = 0;         // live FallbackSpans on this thread
 std::atomic<bool> recording_now{false};
 
 // Correlation id of the innermost framework operator on this thread while a profiler records
@@ -112,6 +113,17 @@ struct Collector {
 
   bool profiles(int device) const { return cores.empty() || cores.count(device); }
 
+  // Whether one more event of `device` fits under max_events_per_core (counting it); the
+  // caller holds `mu`.
+  bool take_slot(int device) {
+    if (max_events_per_core && counts[device] >= max_events_per_core) {
+      dropped++;
+      return false;
+    }
+    counts[device]++;
+    return true;
+  }
+
   void add(Record r) {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = launches.find(r.launch); it != launches.end()) {
@@ -119,13 +131,7 @@ struct Collector {
       r.args = std::move(host_events[it->second].args);
     }
     r.correlation = untag(r.correlation);
-    if (!modes.device || !profiles(r.device)) return;
-    if (max_events_per_core && counts[r.device] >= max_events_per_core) {
-      dropped++;
-      return;
-    }
-    counts[r.device]++;
-    records.push_back(std::move(r));
+    if (modes.device && profiles(r.device) && take_slot(r.device)) records.push_back(std::move(r));
   }
 };
 
@@ -234,6 +240,7 @@ void without_gil(F&& f) {
 bool is_copy(const std::string& name) {
   return name.find("host to device") != std::string::npos ||
          name.find("device to host") != std::string::npos ||
+         name.find("device to device") != std::string::npos ||
          name.find("core to core") != std::string::npos;
 }
 
@@ -509,13 +516,16 @@ bool recording() { return recording_now.load(std::memory_order_relaxed); }
 
 uint64_t on_launch(int device) {
   if (!recording()) return 0;
+  std::string args = std::exchange(tls_launch_args, {});  // only the first launch of a call has them
   auto& c = collector();
   std::lock_guard<std::mutex> lock(c.mu);
   if (!c.profiles(device)) return 0;
+  // With DEVICE, launch events follow their (capped) kernels; without it, the cap applies to them.
+  if (!c.modes.device && !c.take_slot(device)) return 0;
   const uint64_t token = ++c.next_launch;
   c.launches[token] = c.host_events.size();
   c.host_events.push_back({device, "neuronLaunchKernel", libkineto::systemThreadId(), correlation_id(),
-                           neuron_rt::now_ns(), 0, token, std::exchange(tls_launch_args, {})});
+                           neuron_rt::now_ns(), 0, token, std::move(args)});
   return token;
 }
 
@@ -572,7 +582,7 @@ std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValu
 }
 
 LaunchArgs::LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
-  if (recording()) tls_launch_args = describe(inputs, outputs);
+  if (recording() && !tls_fallbacks) tls_launch_args = describe(inputs, outputs);
 }
 
 LaunchArgs::~LaunchArgs() { tls_launch_args.clear(); }
@@ -581,9 +591,12 @@ FallbackSpan::FallbackSpan(int device, std::string name)
     : device_(device),
       name_(std::move(name)),
       correlation_(correlation_id()),
-      start_(recording() ? neuron_rt::now_ns() : 0) {}
+      start_(recording() ? neuron_rt::now_ns() : 0) {
+  tls_fallbacks++;
+}
 
 FallbackSpan::~FallbackSpan() {
+  tls_fallbacks--;
   if (start_ && recording())
     collector().add({device_, kFallbackLane, name_, correlation_, start_, neuron_rt::now_ns(), 0, std::move(args_)});
 }

@@ -28,7 +28,8 @@ void on_enqueued(uint64_t token);
 std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
 
 // While alive (and recording), the next launch on this thread carries describe(inputs, outputs)
-// to its kernel's activity; nothing is described when no profiler records.
+// to its kernel's activity; nothing is described when no profiler records, nor inside a CPU
+// fallback (its copies' transfer is part of the fallback's estimate).
 class LaunchArgs {
  public:
   LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
@@ -55,7 +56,8 @@ struct Sample {
 std::vector<Sample> last_samples();
 
 // Records a CPU fallback's host execution as an activity on the core's fallback lane: the
-// device is idle meanwhile, and the time is the fallback's cost.
+// device is idle meanwhile, and the time is the fallback's cost. Launches on this thread while
+// it is alive (the fallback's copies) are not described (see LaunchArgs).
 class FallbackSpan {
  public:
   FallbackSpan(int device, std::string name);

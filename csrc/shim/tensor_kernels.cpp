@@ -16,6 +16,7 @@
 #include "allocator.h"
 #include "device.h"
 #include "op_tracking.h"
+#include "profiler.h"
 
 namespace torch_neuronx {
 
@@ -123,6 +124,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   static OpCounter& copies = native_counter("aten::_copy_from");
   copies.launches++;
+  const profiler::LaunchArgs described({src}, {dst});  // the one launch below, while profiling
   if (src.is_cpu()) {
     auto staging = src.clone();
     launch(dst.device().index(), [dst = snapshot(dst), staging] { host_alias(dst).copy_(staging); },
@@ -137,7 +139,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
              HostAliases alias;
              alias(dst).copy_(alias(src));
            },
-           "aten::_copy_from");
+           "aten::_copy_from (device to device)");
   } else {
     // Core to core: the source core must have produced the data before the target reads it.
     synchronize_device(src.device().index());

@@ -109,3 +109,100 @@ def test_foreach_ops_are_estimated_over_their_lists(tmp_path):
     assert foreach["estimated_engine"] == "VectorE"
     assert foreach["estimated_flops"] == 600  # one add per element written
     assert foreach["estimated_bytes_moved"] == 4 * 600 * 3  # read xs and ys, write xs
+
+
+def test_copy_estimates_move_the_source_over_the_host_link_or_through_hbm():
+    hw = cost_model.hardware("trn2")
+    h2d = cost_model.estimate_copy("aten::_copy_from (host to device)", call([t(1024)], [t(1024)]), hw)
+    assert h2d.engine == "DMA" and h2d.flops == 0 and h2d.bytes_moved == 4096
+    assert h2d.seconds == pytest.approx(4096 / 32e9 + 2e-6 / 16)
+    # A converting copy moves the source's bytes; converting is the far side's work.
+    d2h = cost_model.estimate_copy("aten::_copy_from (device to host)",
+                                   call([t(1024, dtype="BFloat16")], [t(1024)]), hw)
+    assert d2h.bytes_moved == 2048
+    d2d = cost_model.estimate_copy("aten::_copy_from (core to core)", call([t(1024)], [t(1024)]), hw)
+    assert d2d.bytes_moved == 8192  # read and written in HBM
+    assert d2d.seconds == pytest.approx(8192 / (2.9e12 / 4) + 2e-6 / 16)
+    assert cost_model.estimate_copy("aten::mm", call([t(4, 4)] * 2, [t(4, 4)]), hw) is None
+
+
+def test_recorded_copies_are_estimated_with_hand_computed_bytes(tmp_path):
+    host = torch.randn(64, 32)
+    device = torch.randn(64, 32, device="neuron")
+    other = torch.empty(64, 32, device="neuron", dtype=torch.bfloat16)
+    link_s, dma_s, hbm = 32e9, 2e-6 / 16, 2.9e12 / 4
+    for i, (copy, moved, seconds) in enumerate([
+            (lambda: host.to("neuron"), 64 * 32 * 4, 64 * 32 * 4 / link_s),                 # host to device
+            (lambda: device.cpu(), 64 * 32 * 4, 64 * 32 * 4 / link_s),                       # device to host
+            (lambda: other.copy_(device), 64 * 32 * (4 + 2), 64 * 32 * (4 + 2) / hbm)]):   # device to device
+        copy()
+        torch.neuron.synchronize()
+        row = framework_ops(tmp_path / str(i), copy)["aten::_copy_from"]
+        assert row["calls"] == 1 and row["estimated_engine"] == "DMA" and row["estimated_flops"] == 0
+        assert row["estimated_bytes_moved"] == moved
+        assert row["estimated_chip_time_us"] == pytest.approx((seconds + dma_s) * 1e6)
+
+
+def test_a_fallbacks_copies_are_charged_to_the_fallback_only(tmp_path):
+    import warnings
+    x = torch.randn(1024, device="neuron", dtype=torch.float64)
+    with warnings.catch_warnings():  # the fallback warns once per process
+        warnings.simplefilter("ignore")
+        torch.exp(x)
+        ops = framework_ops(tmp_path, lambda: torch.exp(x))
+    assert ops["aten::exp"]["estimated_bytes_moved"] == 2 * 1024 * 8  # read x, write the result
+    assert ops["aten::_copy_from"]["estimated_bytes_moved"] is None   # its copies: no second charge
+
+
+def _compiled_rows(tmp_path, fn) -> tuple[list[dict], dict]:
+    """FrameworkOp rows of the compiled graphs in a profile of ``fn``, and its Summary."""
+    fn()  # compiles
+    torch.neuron.synchronize()
+    nc = NeuronConfig(profile_output_dir=tmp_path)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc) as prof:
+        fn()
+        torch.neuron.synchronize()
+    result = tables(prof, cost_model.hardware(), "trn2", ["device"], "all")
+    rows = [r for r in result["FrameworkOp"].to_pylist() if r["execution"] == "compiled"]
+    return rows, result["Summary"].to_pylist()[0]
+
+
+def test_compiled_graph_is_estimated_from_its_matmul_flops_and_its_inputs_and_outputs(tmp_path):
+    m, k, n = 64, 128, 32
+    a, b = torch.randn(m, k, device="neuron"), torch.randn(k, n, device="neuron")
+    compiled = torch.compile(lambda a, b: (a @ b).relu(), backend="neuron")
+    with torch.no_grad():
+        [row], _ = _compiled_rows(tmp_path, lambda: compiled(a, b))
+    flops, moved = 2 * m * k * n, 4 * (m * k + k * n + m * n)  # fp32; the mm result stays on chip
+    assert row["estimated_flops"] == flops and row["estimated_bytes_moved"] == moved
+    assert row["estimated_engine"] == "TensorE"
+    seconds = max(flops / 20e12, moved / (2.9e12 / 4)) + 64 / 1.4e9
+    assert row["estimated_chip_time_us"] == pytest.approx(seconds * 1e6)
+
+
+def test_compiled_mlp_training_step_flops_are_the_hand_computed_matmul_sums(tmp_path):
+    m, k, h, n = 16, 32, 64, 8
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(k, h), torch.nn.ReLU(), torch.nn.Linear(h, n)).to("neuron")
+    x = torch.randn(m, k, device="neuron")
+    loss = torch.compile(lambda x: model(x).sum(), backend="neuron")
+    rows, summary = _compiled_rows(tmp_path, lambda: loss(x).backward())
+    forward = 2 * m * k * h + 2 * m * h * n
+    backward = 2 * (2 * m * h * n) + 2 * m * k * h  # both grads of layer 2; layer 1's weight grad only
+    assert sorted(r["estimated_flops"] for r in rows) == sorted([forward, backward])
+    assert all(r["estimated_chip_time_us"] > 0 and r["estimated_bytes_moved"] > 0 for r in rows)
+    assert {r["estimated_engine"] for r in rows} == {"TensorE"}
+    assert summary["estimated_chip_time_us"] > 0 and summary["model_flops"] >= forward + backward
+
+
+def test_graph_cost_writes_a_viewed_result_once_and_a_reused_kernel_name_is_ambiguous():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_neuronx.compile import cost
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    gm = make_fx(lambda a, b: ((a @ b).t(), a.t()))(a, b)  # a view of the result, a view of an input
+    assert cost.count(gm) == cost.GraphCost({"float32": 2 * 8 * 16 * 4}, 4 * (8 * 16 + 16 * 4 + 8 * 4))
+    cost.record("test::graph", gm)
+    cost.record("test::graph", gm)  # compiled again, same graph: same cost
+    assert cost.graph_cost("test::graph") == cost.count(gm)
+    cost.record("test::graph", make_fx(lambda a: a @ a.t())(a))
+    assert cost.graph_cost("test::graph") is None

@@ -228,3 +228,14 @@ def test_target_generation_selects_the_cost_model(tmp_path):
 
 def test_profile_modes():
     assert {m.name for m in ProfileMode} == {"DEVICE", "RUNTIME", "CPU_UTIL", "HOST_MEMORY"}
+
+
+def test_max_events_per_nc_caps_the_launch_events_when_device_is_off(tmp_path):
+    a = torch.randn(32, device="neuron")
+    a + 1
+    tables, _ = export(tmp_path, lambda: [a + 1 for _ in range(10)], modes=[ProfileMode.RUNTIME],
+                       max_events_per_nc=3)
+    launches = next(r for r in tables["RuntimeApi"].to_pylist() if r["name"] == "neuronLaunchKernel")
+    assert launches["calls"] == 3
+    [trace] = tmp_path.rglob("framework_trace.json")
+    assert json.loads(trace.read_text())["neuron_dropped_events"] == 7

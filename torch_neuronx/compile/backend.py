@@ -20,7 +20,7 @@ from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 
 from . import artifacts, cache, metrics, rng, settings
-from .executable import Executable
+from .executable import KERNEL_PREFIX, Executable
 from .flex_attention import accept_neuron_inputs
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
 
@@ -96,7 +96,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
     """AOTAutograd's forward/backward/inference compiler."""
     artifacts.preserve(f"fx_graphs/graph_{graph_id}_{kind}_aot.py", gm.print_readable(print_output=False))
     entry, seeds = _compile_cached(gm, example_inputs, graph_id, kind)
-    return Executable(entry, gm, seeds)
+    return Executable(entry, gm, seeds, f"{KERNEL_PREFIX}_{graph_id}_{kind}")
 
 
 def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,

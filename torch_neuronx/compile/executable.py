@@ -18,9 +18,9 @@ import torch
 from torch import fx
 
 from .. import _C
-from . import rng
+from . import cost, rng
 
-KERNEL_NAME = "neuron::compiled_graph"  # how the profiler recognizes compiled graphs (docs/profiling.md)
+KERNEL_PREFIX = "neuron::compiled_graph"  # how the profiler recognizes compiled graphs (docs/profiling.md)
 _running = threading.local()  # per core worker thread: the allocation state of the running kernel
 
 
@@ -102,16 +102,20 @@ class _OutputPlan:
 class Executable:
     """Callable with the boxed calling convention of AOTAutograd compilers."""
 
-    def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int) -> None:
+    def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int,
+                 name: str) -> None:
         """``compiled``: the entry function of Inductor's generated module, taking the boxed host
         inputs (then ``seeds`` random seeds, when the graph has random ops); ``gm``: the graph it
-        was compiled from, whose output metadata gives the outputs' layouts."""
+        was compiled from, whose output metadata gives the outputs' layouts; ``name``: the
+        kernel's name on the queue and in profiles (``neuron::compiled_graph_<id>_<kind>``)."""
         self._boxed_call = True  # an instance attribute: AOTAutograd's wrappers copy __dict__
         self.compiled = compiled
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
         self.outputs = _output_specs(gm)
         self.seeds = seeds
         self.plan = _OutputPlan.make(self.outputs, {}, {}, learned=False)
+        self.name = name
+        cost.record(name, gm)  # its FLOPs and bytes, for the profiler's estimates
 
     def _learn(self, made: list[torch.Tensor], hosts: list[Any], results: list[Any]) -> None:
         """Record which allocation (or input) each output is, from a call that copied them all."""
@@ -164,4 +168,4 @@ class Executable:
                            if isinstance(out, torch.Tensor) and not _in_place(out, result)]
             _fill(out_aliases, results, pending)
 
-        _C._launch_python_kernel(device, kernel, KERNEL_NAME, False)
+        _C._launch_python_kernel(device, kernel, self.name, False)

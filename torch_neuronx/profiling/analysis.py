@@ -24,10 +24,11 @@ from nki.device import LaunchReport, launch_reports
 from nki.simulator.cost_model import ENGINES, HardwareConfig
 
 from .. import _C
+from ..compile.cost import graph_cost
+from ..compile.executable import KERNEL_PREFIX as COMPILED_PREFIX
 from . import cost_model
 
 FALLBACK_PREFIX = "cpu fallback: "
-COMPILED_KERNEL = "neuron::compiled_graph"
 NKI_PREFIX = "nki:"
 RUNTIME_ACTIVITY = "privateuse1_runtime"
 
@@ -109,7 +110,7 @@ class _Op:
 def _kind(kernel: str) -> str:
     if kernel.startswith(FALLBACK_PREFIX):
         return "fallback"
-    if kernel == COMPILED_KERNEL:
+    if kernel.startswith(COMPILED_PREFIX):
         return "compiled"
     return "kernel-language" if kernel.startswith(NKI_PREFIX) else "native"
 
@@ -209,7 +210,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
            if e.device_type() == DeviceType.CPU and e.activity_type() != RUNTIME_ACTIVITY}
     device = [e for e in events if e.device_type() == DeviceType.PrivateUse1]
     kernel_args = _C._profiler_kernel_args()  # (core, start ns) -> the kernel's tensors (JSON)
-    described: dict[int, tuple[str, str, dict]] = {}  # per call: op name, kind, its kernel's tensors
+    described: dict[int, tuple[str, str, str, dict]] = {}  # per call: op, kernel, kind, kernel's tensors
     ops: dict[str, _Op] = defaultdict(_Op)
     seen_calls: set[int] = set()
     nki_reports = _LaunchReports(min((k.start_ns() for k in device), default=0),
@@ -230,17 +231,21 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         if launch is not None:
             nki_launches.append((k, launch))
             _charge_simulated(op, launch)
+        graph = graph_cost(k.name()) if kind == "compiled" else None
+        if graph is not None:  # each kernel is one execution of the graph
+            _charge(op, kind, cost_model.estimate_compiled(graph, hw))
         args = kernel_args.get((k.device_index(), k.start_ns()))
         call = k.linked_correlation_id()
         if parent is not None and args and kind in ("native", "fallback") and call not in described:
-            described[call] = (name, kind, json.loads(args))
+            described[call] = (name, k.name(), kind, json.loads(args))
         if parent is None or call in seen_calls:
             continue
         seen_calls.add(call)
         op.calls += 1
         op.source = op.source or _source(list(parent.stack()))
-    for name, kind, args in described.values():
-        _charge(ops[name], kind, cost_model.estimate(name, args, hw))
+    for name, kernel, kind, args in described.values():
+        est = cost_model.estimate_copy(kernel, args, hw) or cost_model.estimate(name, args, hw)
+        _charge(ops[name], kind, est)
     for op in ops.values():
         if op.execution == "fallback":
             op.estimated = True

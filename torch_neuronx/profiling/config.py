@@ -28,6 +28,7 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
 
     capture_enabled_for_nc: cores whose kernels are recorded (``"0,1,2-3"``; None: all).
     max_events_per_nc: cap on recorded kernels per core (0: no cap); later ones are dropped.
+        With RUNTIME but not DEVICE, the cap applies to the launch events.
     correlate_device_time: link each kernel to the operator that launched it (always on: the
     device time columns of ``key_averages`` need it; False is refused rather than ignored).
     neff_cache_dir: refused: the simulator has no NEFF files to read (compiled graphs are cached

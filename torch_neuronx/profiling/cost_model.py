@@ -11,8 +11,13 @@ per-core figures of SPEC §1.2 (shared with the kernel-language simulator's cost
 - bytes moved = the tensors read plus the tensors written, as the shim describes each call's
   kernel while a profiler records (no ``record_shapes`` needed);
 - HBM bandwidth per core = chip bandwidth / logical cores per chip (trn2: 2.9 TB/s / 4);
+- copies run on the DMA engines: host <-> device moves the source's bytes over the host link
+  (``HOST_LINK_BYTES_PER_S``, an assumption: the SPEC gives no figure), device to device (same
+  core or core to core) reads and writes them at HBM bandwidth;
 - CPU fallbacks cost their measured host time plus the transfer of their bytes over the
-  host link (``HOST_LINK_BYTES_PER_S``, an assumption: the SPEC gives no figure).
+  host link (their own copies are not described, so not counted twice);
+- compiled graphs: their matrix FLOPs on TensorE (counted at compile time,
+  :mod:`torch_neuronx.compile.cost`) against their inputs read and outputs written.
 """
 from __future__ import annotations
 
@@ -26,10 +31,18 @@ from torch.utils.flop_counter import flop_registry
 
 from nki.simulator.cost_model import DMA, GENERATIONS, TENSOR, VECTOR, HardwareConfig
 
+from ..compile.cost import GraphCost
+
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
 
-# TensorE rate class of a dtype (c10 names, as the shim describes tensors); others run at fp32 rate.
-_RATE_CLASS: dict[str, str] = {"BFloat16": "bf16", "Half": "bf16", "Float8_e4m3fn": "fp8", "Float8_e5m2": "fp8"}
+# TensorE rate of a dtype, lower-cased c10 names (the shim's descriptions) or torch names
+# (compiled graphs); others run at the fp32 rate.
+_TENSOR_RATE: dict[str, str] = {"bfloat16": "tensor_flops_bf16", "half": "tensor_flops_bf16",
+                                "float16": "tensor_flops_bf16", "float8_e4m3fn": "tensor_flops_fp8",
+                                "float8_e5m2": "tensor_flops_fp8"}
+# Copy kernels (csrc/shim/tensor_kernels.cpp) by direction: True over the host link, False in HBM.
+_COPY_OVER_HOST_LINK: dict[str, bool] = {"(host to device)": True, "(device to host)": True,
+                                         "(device to device)": False, "(core to core)": False}
 # Operators whose FLOP formula is another's (the same schema).
 _FORMULA_OF: dict[str, str] = {"convolution_overrideable": "convolution"}
 
@@ -72,6 +85,17 @@ def _as_shapes(value: Any) -> Any:
     return value
 
 
+def _tensor_rate(dtype: str, hw: HardwareConfig) -> float:
+    return getattr(hw, _TENSOR_RATE.get(dtype.lower(), "tensor_flops_fp32"))
+
+
+def _roofline(flops: int, compute: float, bytes_moved: int, memory: float, engine: str,
+              overhead: float) -> Estimate:
+    """The slower of the compute and memory times (seconds), plus a fixed overhead."""
+    return Estimate(flops, bytes_moved, engine, max(compute, memory) + overhead,
+                    "compute" if compute >= memory else "memory")
+
+
 def _flops(name: str, inputs: list[Any], outputs: list[Any]) -> int | None:
     """PyTorch's FLOP formula for a matrix operator, or None if it has none (or it fails)."""
     op = name.removeprefix("aten::").split(".")[0]
@@ -107,23 +131,44 @@ def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
     bytes_moved = sum(t["bytes"] for t in read + written)
     flops = _flops(name, inputs, outputs)
     if flops is not None:
-        rate_class = _RATE_CLASS.get((read or written)[0]["dtype"], "fp32")
-        rate = {"fp32": hw.tensor_flops_fp32, "fp8": hw.tensor_flops_fp8}.get(rate_class, hw.tensor_flops_bf16)
-        engine = TENSOR
+        rate, engine = _tensor_rate((read or written)[0]["dtype"], hw), TENSOR
     else:
         flops = sum(math.prod(t["shape"]) for t in written)
         rate, engine = hw.vector_flops, VECTOR
-    compute = flops / rate
-    memory = bytes_moved / hw.dma_bytes_per_s
-    overhead = hw.compute_overhead_cycles / hw.clock_hz
-    return Estimate(flops, bytes_moved, engine, max(compute, memory) + overhead,
-                    "compute" if compute >= memory else "memory")
+    return _roofline(flops, flops / rate, bytes_moved, bytes_moved / hw.dma_bytes_per_s, engine,
+                     hw.compute_overhead_cycles / hw.clock_hz)
+
+
+def estimate_copy(kernel: str, call: dict, hw: HardwareConfig) -> Estimate | None:
+    """Estimate a copy kernel (``aten::_copy_from (<direction>)``) described as
+    ``{"inputs": [source], "outputs": [destination]}`` on the DMA engines; None for other kernels.
+
+    Host <-> device moves the source's bytes over the host link (a converting copy converts on
+    the far side); device to device reads the source and writes the destination in HBM."""
+    over_link = next((v for k, v in _COPY_OVER_HOST_LINK.items() if kernel.endswith(k)), None)
+    if over_link is None:
+        return None
+    source = sum(t["bytes"] for t in _tensors(call["inputs"]))
+    if over_link:
+        return _roofline(0, 0.0, source, transfer_seconds(source), DMA, hw.dma_overhead_s)
+    moved = source + sum(t["bytes"] for t in _tensors(call["outputs"]))
+    return _roofline(0, 0.0, moved, moved / hw.dma_bytes_per_s, DMA, hw.dma_overhead_s)
+
+
+def estimate_compiled(cost: GraphCost, hw: HardwareConfig) -> Estimate:
+    """Estimate one execution of a compiled graph as one fused kernel: its matrix FLOPs on
+    TensorE (at each dtype's rate) against its inputs read and outputs written; a graph without
+    matrix operators is elementwise work on VectorE, bound by its bytes."""
+    flops = sum(cost.matmul_flops.values())
+    compute = sum(n / _tensor_rate(dtype, hw) for dtype, n in cost.matmul_flops.items())
+    return _roofline(flops, compute, cost.bytes_moved, cost.bytes_moved / hw.dma_bytes_per_s,
+                     TENSOR if flops else VECTOR, hw.compute_overhead_cycles / hw.clock_hz)
 
 
 def transfer_seconds(bytes_moved: int) -> float:
-    """ESTIMATED host <-> device transfer time of a CPU fallback's tensors."""
+    """ESTIMATED time to move ``bytes_moved`` over the host link."""
     return bytes_moved / HOST_LINK_BYTES_PER_S
 
 
-__all__ = ["Estimate", "estimate", "hardware", "transfer_seconds", "HOST_LINK_BYTES_PER_S", "TENSOR",
-           "VECTOR", "DMA"]
+__all__ = ["Estimate", "estimate", "estimate_copy", "estimate_compiled", "hardware", "transfer_seconds",
+           "HOST_LINK_BYTES_PER_S", "TENSOR", "VECTOR", "DMA"]

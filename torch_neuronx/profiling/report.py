@@ -30,7 +30,8 @@ def find_profile(directory: Path) -> Path:
 def _family(op: dict) -> str:
     if op["execution"] != "native":
         return op["execution"]
-    return {"TensorE": "matmul (TensorE)", "VectorE": "elementwise/reduction (VectorE)"}.get(
+    return {"TensorE": "matmul (TensorE)", "VectorE": "elementwise/reduction (VectorE)",
+            "DMA": "copies (DMA)"}.get(
         op["estimated_engine"], "unestimated")
 
 
