@@ -13,6 +13,8 @@ def _autoload() -> None:
     before ``import torch``) calls it while this module is still initializing."""
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C
@@ -25,6 +27,7 @@ torch.utils.rename_privateuse1_backend("neuron")
 from . import neuron  # noqa: E402  (needs the backend name)
 
 torch._register_device_module("neuron", neuron)
+atexit.register(neuron._drain_at_exit)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
 torch.set_autocast_dtype("neuron", torch.bfloat16)

@@ -121,6 +121,15 @@ def synchronize(device: Any = None) -> None:
     _C._synchronize(_device_index(device))
 
 
+def _drain_at_exit() -> None:
+    """Wait for every core's queued kernels before the interpreter finalizes: a Python kernel
+    (a compiled graph, an nki kernel) still queued would need the interpreter while it shuts
+    down, which kills the core's worker thread mid-kernel."""
+    if is_initialized():
+        for index in range(device_count()):
+            _C._synchronize(index)
+
+
 @dataclass(frozen=True)
 class _NeuronDeviceProperties:
     name: str
