@@ -109,22 +109,8 @@ def test_compiled_graph_has_device_time():
     assert self_device_us(prof, parent) > 0
 
 
-def test_kernel_language_op_has_device_time():
-    import nki
-    import nki.language as nl
-
-    @nki.jit
-    def sin_kernel(x, out):
-        t = nl.load(x[0:128])
-        nl.store(out[0:128], value=nl.sin(t))
-        return out
-
-    @torch_neuronx.nki_op("profiling_test::nki_sin", mutates_args={})
-    def nki_sin(x: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(x)
-        sin_kernel(x, out)
-        return out
-
+def test_kernel_language_op_has_device_time(nki_unary):
+    nki_sin = nki_unary("sin")
     x = torch.randn(128, 1, device="neuron")
     nki_sin(x)
     prof = record(lambda: nki_sin(x))
@@ -180,8 +166,8 @@ def test_kernel_language_layer_does_not_import_profiling():
     assert out.stdout.strip() == "False"
 
 
-def test_kernels_still_queued_when_the_profile_ends_are_reported():
-    nki_cos = _nki_cos()
+def test_kernels_still_queued_when_the_profile_ends_are_reported(nki_unary):
+    nki_cos = nki_unary("cos")
     x = torch.randn(128, 128, device="neuron")
     v = torch.randn(128, 1, device="neuron")
     x @ x, nki_cos(v)
@@ -192,20 +178,3 @@ def test_kernels_still_queued_when_the_profile_ends_are_reported():
         nki_cos(v)  # a Python kernel: stopping waits for it without holding the GIL
     names = [k.name() for k in device_events(prof)]
     assert names.count("aten::mm") == 10 and "nki:cos_kernel" in names
-
-
-def _nki_cos():
-    import nki
-    import nki.language as nl
-
-    @nki.jit
-    def cos_kernel(x, out):
-        nl.store(out[0:128], value=nl.cos(nl.load(x[0:128])))
-        return out
-
-    @torch_neuronx.nki_op("profiling_test::queued_cos", mutates_args={})
-    def queued_cos(x: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(x)
-        cos_kernel(x, out)
-        return out
-    return queued_cos

@@ -138,34 +138,15 @@ def test_fallback_is_charged_host_time_plus_transfer(tmp_path):
     assert tables["Summary"].to_pylist()[0]["fallback_ops"] >= 1
 
 
-def _nki_cos_op():
-    import nki
-    import nki.language as nl
-    import torch_neuronx
-
-    @nki.jit
-    def cos_kernel(x, out):
-        t = nl.load(x[0:x.shape[0]])
-        nl.store(out[0:x.shape[0]], value=nl.cos(t))
-        return out
-
-    @torch_neuronx.nki_op("profiling_test::nki_cos", mutates_args={})
-    def nki_cos(x: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(x)
-        cos_kernel(x, out)
-        return out
-    return nki_cos
-
-
-def test_kernel_language_instructions_come_from_the_simulator_per_launch(tmp_path):
-    nki_cos = _nki_cos_op()
+def test_kernel_language_instructions_come_from_the_simulator_per_launch(tmp_path, nki_unary):
+    nki_cos = nki_unary("cos")
     small, large = torch.randn(64, 1, device="neuron"), torch.randn(128, 1, device="neuron")
     nki_cos(small), nki_cos(large)
     tables, _ = export(tmp_path, lambda: (nki_cos(small), nki_cos(large)))
     instructions = tables["Instruction"].to_pylist()
     assert instructions and {r["kernel_name"] for r in instructions} == {"nki:cos_kernel"}
     assert {r["engine"] for r in instructions} >= {"DMA"}
-    assert all("test_profiling_exporter.py" in r["nki_source_location"] for r in instructions)
+    assert all("conftest.py" in r["nki_source_location"] for r in instructions)
     # One set of rows per recorded launch, each with that launch's shapes (not the latest run's).
     shapes = {r["launch"]: r["shape"] for r in instructions if r["opcode"] == "load"}
     assert set(shapes) == {0, 1} and "64" in shapes[0] and "128" in shapes[1]
@@ -175,8 +156,8 @@ def test_kernel_language_instructions_come_from_the_simulator_per_launch(tmp_pat
     assert sum(r["count"] for r in tables["OpcodeSummary"].to_pylist()) == 2 * per_launch
 
 
-def test_kernel_language_rows_are_bounded_by_max_events_per_nc(tmp_path):
-    nki_cos = _nki_cos_op()
+def test_kernel_language_rows_are_bounded_by_max_events_per_nc(tmp_path, nki_unary):
+    nki_cos = nki_unary("cos")
     x = torch.randn(128, 1, device="neuron")
     nki_cos(x)
     tables, _ = export(tmp_path, lambda: [nki_cos(x) for _ in range(4)], max_events_per_nc=2)
