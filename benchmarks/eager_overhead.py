@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+from torch_neuronx.testing.tiny_gpt import training_step
 
 SMALL_OP_TARGET = 5.0
 TRAIN_STEP_TARGET = 1.25
@@ -80,21 +80,12 @@ def time_op(op: Callable[[], object], device: torch.device, launches: int, repea
 def time_train_step(device: torch.device, warmup: int, steps: int) -> float:
     """Median seconds per synchronized TinyGPT training step on ``device``."""
     settle()
-    config = GPTConfig()
-    torch.manual_seed(0)
-    model = TinyGPT(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ((x, y),) = make_batches(1, 8, config.block_size, config.vocab_size, seed=0)
-    x, y = x.to(device), y.to(device)
+    step = training_step(device)
     samples = []
-    for step in range(warmup + steps):
+    for i in range(warmup + steps):
         start = time.perf_counter()
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
-        loss.backward()
-        optimizer.step()
-        synchronize(device)
-        if step >= warmup:
+        step()
+        if i >= warmup:
             samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 

@@ -22,27 +22,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
-from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+from torch_neuronx.testing.tiny_gpt import training_step
 
 TARGET = 1.10
-
-
-def make_step(device: torch.device):
-    """A closure running one synchronized TinyGPT training step on ``device``."""
-    config = GPTConfig()
-    torch.manual_seed(0)
-    model = TinyGPT(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ((x, y),) = make_batches(1, 8, config.block_size, config.vocab_size, seed=0)
-    x, y = x.to(device), y.to(device)
-    sync = torch.get_device_module(device).synchronize
-
-    def step() -> None:
-        optimizer.zero_grad()
-        model(x, y)[1].backward()
-        optimizer.step()
-        sync()
-    return step
 
 
 def timed(step, n: int) -> list[float]:
@@ -57,7 +39,7 @@ def timed(step, n: int) -> list[float]:
 def measure(device: torch.device, activities: list[ProfilerActivity], modes: list[ProfileMode],
             rounds: int, steps: int, out_dir: str) -> tuple[float, float, float]:
     """Median plain step, median profiled step, and the seconds one export took."""
-    step = make_step(device)
+    step = training_step(device)
     timed(step, 5)  # warm-up: first launches build the kernels
     plain, profiled, export = [], [], 0.0
     for _ in range(rounds):

@@ -145,3 +145,22 @@ def make_batches(
     stream = torch.where(noisy, torch.randint(1, vocab_size, (needed,), generator=g), stream)
     sequences = stream.view(num_batches, batch_size, block_size + 1)
     return [(s[:, :-1].contiguous(), s[:, 1:].contiguous()) for s in sequences]
+
+
+def training_step(device: torch.device | str, config: GPTConfig | None = None):
+    """A closure running one synchronized TinyGPT training step (forward, backward, AdamW) on
+    ``device`` with a fixed seed and batch: the unit the benchmarks time."""
+    config = config or GPTConfig()
+    torch.manual_seed(0)
+    model = TinyGPT(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ((x, y),) = make_batches(1, 8, config.block_size, config.vocab_size, seed=0)
+    x, y = x.to(device), y.to(device)
+    sync = torch.get_device_module(torch.device(device)).synchronize
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model(x, y)[1].backward()
+        optimizer.step()
+        sync()
+    return step
