@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 DEVICE = "neuron"
 
@@ -24,6 +25,11 @@ def to_device(obj, device=DEVICE):
     if isinstance(obj, dict):
         return {k: to_device(v, device) for k, v in obj.items()}
     return obj
+
+
+def tensors(tree) -> list[torch.Tensor]:
+    """The tensors among the leaves of a pytree (results, arguments), in order."""
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
 def assert_same(cpu_result, device_result, atol=None, rtol=None, check_stride=True, check_device=True):

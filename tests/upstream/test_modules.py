@@ -17,17 +17,15 @@ import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_typ
 from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_modules import ModuleInfo, module_db, modules
 from torch.testing._internal.common_utils import TestCase
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
+
+from helpers import tensors
 
 FAST_MODULES = {"nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.RMSNorm", "nn.GroupNorm",
                 "nn.Embedding", "nn.GELU", "nn.MaxPool2d", "nn.AdaptiveAvgPool2d", "nn.CrossEntropyLoss",
                 "nn.MultiheadAttention", "nn.TransformerEncoderLayer", "nn.LSTM", "nn.GRU"}
 # Outputs drawn from the generator (random pooling regions): CPU and device draw differently.
 RANDOM_MODULES = {"nn.FractionalMaxPool2d", "nn.FractionalMaxPool3d"}
-
-
-def _tensors(tree) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
 class _Mover:
@@ -47,8 +45,8 @@ class _Mover:
 def _forward_backward(module: torch.nn.Module, args, kwargs):
     """Outputs, and gradients of their sum with respect to the inputs and parameters."""
     outputs = module(*args, **kwargs)
-    leaves = [t for t in _tensors((args, kwargs)) if t.requires_grad] + list(module.parameters())
-    floats = [o for o in _tensors(outputs) if o.requires_grad]
+    leaves = [t for t in tensors((args, kwargs)) if t.requires_grad] + list(module.parameters())
+    floats = [o for o in tensors(outputs) if o.requires_grad]
     if not floats:
         return outputs, None
     return outputs, torch.autograd.grad(sum(o.sum() for o in floats), leaves, allow_unused=True)

@@ -28,6 +28,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_neuronx.testing.conformance import expectations, opinfo, runner
 
+from helpers import tensors
+
 # The conformance runner's CI operators, plus those whose device bugs these tests found (out=
 # strides of a view into a workspace; in-place through out= on a broadcast input; CPU indices).
 FAST_OPS = [op for op in op_db if op.name in (*runner.FAST_OPS, "linalg.lstsq", "logical_and", "ldexp", "addr",
@@ -107,9 +109,10 @@ def _call(fn: Callable, sample: SampleInput, **kwargs):
 
 
 def _tensors(tree) -> list[torch.Tensor]:
+    """helpers.tensors, also of a SampleInput (which is no pytree node)."""
     if isinstance(tree, SampleInput):
         tree = (tree.input, tree.args, tree.kwargs)
-    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+    return tensors(tree)
 
 
 def _outcome(fn: Callable):
