@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 
 import torch
 from torch import nn
@@ -70,20 +72,45 @@ class Variant:
         return time.perf_counter() - start
 
 
-def step_times(model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
-               variants: list[tuple[str, str, str | None]], steps: int) -> dict[str, tuple[float, float]]:
-    """Per variant: (first step seconds, median step seconds). After each variant's first step,
-    the variants take turns step by step, so load from other processes on this shared machine
-    falls on all of them alike."""
-    torch._dynamo.reset()
-    runs = {name: Variant(model_fn, batch, device, backend) for name, device, backend in variants}
-    first = {name: run.step() for name, run in runs.items()}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(steps):
-        for name, run in runs.items():
+CASES = {"TinyGPT": gpt_case, "NormStack": stack_case}
+
+
+def _serve(conn: Connection, case: str, device: str, backend: str | None) -> None:
+    """A variant in a process of its own: per request, that many training steps back to back
+    (their times), until None."""
+    run = Variant(*CASES[case](), device, backend)
+    while (count := conn.recv()) is not None:
+        conn.send([run.step() for _ in range(count)])
+
+
+def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: int,
+               burst: int) -> dict[str, tuple[float, float]]:
+    """Per variant: (first step seconds, median step seconds). Each variant runs in a process of
+    its own, as a user's program would: OpenMP keeps one thread team per thread that ran a
+    parallel op, and teams of several variants in one process would slow each other (libgomp
+    shortens its barrier spinning when a process has more OpenMP threads than cores). The
+    processes take turns, ``burst`` steps back to back as in a training loop, so load from
+    elsewhere on this shared machine falls on all of them alike; the median is over every step
+    but the first of each turn (caches and threads are cold after another process ran)."""
+    context = multiprocessing.get_context("spawn")
+    pipes = {}
+    for name, device, backend in variants:
+        parent, child = context.Pipe()
+        context.Process(target=_serve, args=(child, case, device, backend), daemon=True).start()
+        pipes[name] = parent
+    first = {}
+    for name, pipe in pipes.items():
+        pipe.send(1)
+        first[name] = pipe.recv()[0]
+    times: dict[str, list[float]] = {name: [] for name in pipes}
+    for _ in range(rounds):
+        for name, pipe in pipes.items():
             time.sleep(0.01)  # let the previous variant's OpenMP threads stop spinning
-            times[name].append(run.step())
-    return {name: (first[name], statistics.median(times[name][1:])) for name in runs}
+            pipe.send(burst)
+            times[name] += pipe.recv()[1:]
+    for pipe in pipes.values():
+        pipe.send(None)
+    return {name: (first[name], statistics.median(times[name])) for name in pipes}
 
 
 # A fresh process: the first compiled TinyGPT training step, timed from before the model exists.
@@ -124,7 +151,8 @@ def start_times() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=8, help="turns each variant takes")
+    parser.add_argument("--burst", type=int, default=10, help="steps per turn")
     parser.add_argument("--only", choices=("steps", "start"), help="run one part")
     args = parser.parse_args()
     if args.only != "steps":
@@ -133,9 +161,10 @@ def main() -> None:
         return
     variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
                 ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
-    for title, case in (("TinyGPT training step", gpt_case()), ("NormStack training step", stack_case())):
-        print(f"{title} (median of {args.steps - 1} interleaved steps after the first two)")
-        results = step_times(*case, variants, args.steps)
+    for case in CASES:
+        print(f"{case} training step (median of {args.rounds} turns x {args.burst - 1} steps, "
+              "each variant in its own process)")
+        results = step_times(case, variants, args.rounds, args.burst)
         for name, (first, median) in results.items():
             print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
         compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))

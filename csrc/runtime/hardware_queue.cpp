@@ -16,7 +16,10 @@ Nanos now_ns() {
 
 namespace {
 std::atomic<KernelObserver> kernel_observer{nullptr};
+thread_local bool tls_worker = false;
 }
+
+bool on_worker_thread() { return tls_worker; }
 
 void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; }
 
@@ -152,6 +155,7 @@ void HardwareQueue::store_error(const Item& item, std::exception_ptr error) {
 }
 
 void HardwareQueue::run() {
+  tls_worker = true;
   for (;;) {
     Item item;
     int stream;

@@ -50,6 +50,9 @@ using KernelObserver = void (*)(int device, int stream, const LaunchInfo& info, 
                                 Nanos end);
 void set_kernel_observer(KernelObserver observer);
 
+// Whether the calling thread is a core's worker (the thread that executes kernels).
+bool on_worker_thread();
+
 class HardwareQueue {
  public:
   // `thread_init` runs first on the worker thread (the shim sizes its compute threads there).

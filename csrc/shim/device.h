@@ -31,6 +31,10 @@ void synchronize_stream(const c10::Stream& stream);
 void synchronize_device(c10::DeviceIndex index);
 void raise_pending_error(neuron_rt::Core& core);
 
+// Called by host threads about to wait for a core: releases the calling thread's idle OpenMP
+// threads (see device.cpp), so kernels on the core's worker run at full speed.
+void release_host_openmp_threads();
+
 // Launch a kernel on the current stream of `device`. Honors NEURON_LAUNCH_BLOCKING.
 void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name);
 // Launch and wait for that kernel; its exception is rethrown here rather than deferred.

@@ -99,6 +99,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (!event) return;
     const auto& e = *static_cast<EventPtr*>(event);
     auto& c = core(e->device);
+    release_host_openmp_threads();
     c.queue.wait_event(*e);
     raise_pending_error(c);
   }

@@ -21,3 +21,54 @@ def test_repeated_calls_with_views_and_fresh_buffers_match_cpu():
             assert got.device.type == "neuron" and got.stride() == want.stride()
             torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+def _shared_memory(outputs: tuple[torch.Tensor, ...]) -> list[tuple[int, int]]:
+    storages = [t.untyped_storage().data_ptr() for t in outputs]
+    return [(i, j) for i in range(len(storages)) for j in range(i) if storages[i] == storages[j]]
+
+
+def views_of_inputs_and_buffers(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    h = torch.relu(x @ w)
+    flat = h.reshape(-1)
+    return x.t(), w[1:], h, flat[4:20].view(4, 4), h.t(), (h * 2).transpose(0, 1), x.sum()
+
+
+def test_outputs_alias_as_on_cpu_inductor():
+    """Outputs computed in one buffer (or viewing an input) share memory exactly as CPU
+    Inductor's do, from the first call (copied) through later ones (computed in place)."""
+    torch._dynamo.reset()
+    neuron = torch.compile(views_of_inputs_and_buffers, backend="neuron")
+    inductor = torch.compile(views_of_inputs_and_buffers, backend="inductor")
+    for seed in range(3):
+        gen = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(8, 16, generator=gen), torch.randn(16, 8, generator=gen)
+        want = inductor(x, w)
+        got = neuron(x.to("neuron"), w.to("neuron"))
+        assert _shared_memory(got) == _shared_memory(want)
+        for g, e in zip(got, want):
+            assert g.device.type == "neuron" and g.shape == e.shape and g.stride() == e.stride()
+            assert g.storage_offset() == e.storage_offset()
+            torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_saved_views_give_cpu_gradients_over_steps():
+    """Saved activations that are views of one buffer (attention-shaped reshapes and transposes)
+    feed the backward correctly on every call, not only the first."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    layer = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    cpu_layer, neuron_layer = layer, torch.nn.MultiheadAttention(16, 4, batch_first=True).to("neuron")
+    neuron_layer.load_state_dict(cpu_layer.state_dict())
+    compiled = torch.compile(neuron_layer, backend="neuron")
+    for seed in range(3):
+        x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(seed))
+        want, _ = cpu_layer(x, x, x)
+        got, _ = compiled(*(x.to("neuron"),) * 3)
+        want.square().sum().backward()
+        got.square().sum().backward()
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+        for p_cpu, p_neuron in zip(cpu_layer.parameters(), neuron_layer.parameters()):
+            torch.testing.assert_close(p_neuron.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()

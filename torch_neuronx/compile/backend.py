@@ -101,12 +101,16 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
 
 def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
                  options: dict[str, Any] | None) -> Callable[..., Any]:
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch._inductor.decomposition import select_decomp_table
     compiler = functools.partial(_compile_graph, graph_id=graph_id)
+    # Inductor's partitioner: it recomputes cheap (fusible) intermediates in the backward
+    # instead of saving them, as CPU Inductor does — fewer, smaller forward outputs.
+    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
     backend = aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
                            bw_compiler=functools.partial(compiler, kind="backward"),
                            inference_compiler=functools.partial(compiler, kind="inference"),
-                           decompositions=select_decomp_table())
+                           partition_fn=partition, decompositions=select_decomp_table())
     # With the eager fallback on, the backward compiles with the forward (not at the first
     # backward), so that a failure of either makes the whole graph run eagerly.
     ahead = settings.fallback_execution(options)

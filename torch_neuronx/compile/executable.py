@@ -1,11 +1,13 @@
 """A compiled graph as one kernel on a core's hardware queue.
 
-Outputs are allocated from the graph's (static) output metadata when the executable is called,
-and one kernel runs the host-compiled code on host aliases of the inputs — in-place updates of
-inputs write device memory directly. The generated code allocates its buffers in a fixed order;
-the first call records which allocation becomes which output, and later calls hand those
-allocations the outputs' device memory, so results are computed in place. Any other result is
-copied into its output.
+One kernel runs the host-compiled code on host aliases of the inputs — in-place updates of
+inputs write device memory directly. The generated code allocates its buffers in a fixed order:
+the first call runs it with its own allocations and waits, learning which allocation (or input)
+each result lives in. Every call then allocates those allocations' device buffers when the
+executable is called, and later kernels hand them to the generated code, so results are computed
+in place; outputs are the buffers, the inputs, or tensors on their memory — aliasing as the
+generated code's results do on the CPU. A result in memory the code did not allocate through us
+is copied.
 """
 from __future__ import annotations
 
@@ -25,11 +27,11 @@ _running = threading.local()  # per core worker thread: the allocation state of 
 
 
 class _Allocations:
-    """The running kernel's buffer allocations: ``plan`` maps an allocation's position to the
-    output memory it gets; the others are recorded."""
+    """The running kernel's buffer allocations: ``given`` maps an allocation's position to the
+    device buffer (host alias) it gets; every allocation is recorded."""
 
-    def __init__(self, plan: dict[int, torch.Tensor]) -> None:
-        self.plan = plan
+    def __init__(self, given: dict[int, torch.Tensor]) -> None:
+        self.given = given
         self.made: list[torch.Tensor] = []
 
 
@@ -39,9 +41,12 @@ def _allocate(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
     state: _Allocations | None = getattr(_running, "allocations", None)
     if state is None:
         return torch._C._dynamo.guards._empty_strided_cpu(size, stride, dtype)
-    buffer = state.plan.get(len(state.made))
+    buffer = state.given.get(len(state.made))
     if buffer is None:
         buffer = torch._C._dynamo.guards._empty_strided_cpu(size, stride, dtype)
+    elif buffer.dtype != dtype or buffer.stride() != tuple(stride) or buffer.shape != tuple(size):
+        raise RuntimeError(f"compiled graph: allocation {len(state.made)} is {tuple(size)}, {tuple(stride)}, "
+                           f"{dtype}, but its first call made it {_layout(buffer)}")
     state.made.append(buffer)
     return buffer
 
@@ -50,53 +55,60 @@ def _layout(t: torch.Tensor) -> tuple[Any, ...]:
     return t.shape, t.stride(), t.dtype
 
 
-def _same_memory_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same elements at the same offsets: strides of size-1 dimensions do not matter."""
-    return (a.shape == b.shape and a.dtype == b.dtype
-            and all(x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n > 1))
-
-
-def _in_place(out: torch.Tensor, result: torch.Tensor) -> bool:
-    return result.data_ptr() == out.data_ptr() and _layout(result) == _layout(out)
-
-
 def _output_specs(gm: fx.GraphModule) -> list[Any]:
     output = next(n for n in gm.graph.nodes if n.op == "output")
     return [node.meta.get("val") if isinstance(node, fx.Node) else node for node in output.args[0]]
 
 
-def _fill(outputs: list[Any], results: list[Any], pending: list[int]) -> None:
-    """Copy the results at ``pending`` positions into their outputs. A result viewing the memory
-    of an output computed in place is cloned first, so no copy overwrites what is still to be read."""
-    if not pending:
-        return
-    in_place = {out.data_ptr() for i, out in enumerate(outputs)
-                if isinstance(out, torch.Tensor) and i not in pending}
-    for i in pending:
-        out, result = outputs[i], results[i]
-        out.copy_(result.clone() if result.untyped_storage().data_ptr() in in_place else result)
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _storage(t: Any) -> int:
+    """The address of a tensor's memory (0: none)."""
+    return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else 0
 
 
 @dataclasses.dataclass(frozen=True)
-class _OutputPlan:
-    """How a call produces its outputs. Replaced as a whole, so a call launched before the first
-    call's kernel ran keeps the plan it allocated its outputs by."""
-    output_of_allocation: dict[int, int]  # allocation position -> output computed in it
-    input_of_output: dict[int, int]  # output -> the input it is
-    pending: list[int] | None  # outputs copied; None: not learned yet, check each one
-    allocated: list[int]  # outputs allocated per call
-    allocated_specs: list[torch.Tensor]  # their layouts, as meta tensors
+class _Plan:
+    """How a call produces its outputs, learned from the first call."""
+    outputs: _C._OutputPlan  # makes the outputs and device buffers of a call
+    buffer_of_allocation: dict[int, int]  # allocation position -> device buffer it computes in
+    copies: list[tuple[int, int]]  # (result, device buffer it is copied into)
 
-    @staticmethod
-    def make(outputs: list[Any], output_of_allocation: dict[int, int], input_of_output: dict[int, int],
-             learned: bool) -> _OutputPlan:
-        tensors = [i for i, v in enumerate(outputs) if isinstance(v, torch.Tensor)]
-        in_place = {*output_of_allocation.values(), *input_of_output}
-        allocated = [i for i in tensors if i not in input_of_output]
-        specs = [torch.empty_strided(outputs[i].shape, outputs[i].stride(), dtype=outputs[i].dtype,
-                                     device="meta") for i in allocated]
-        pending = [i for i in tensors if i not in in_place] if learned else None
-        return _OutputPlan(output_of_allocation, input_of_output, pending, allocated, specs)
+
+def _learn(outputs: list[Any], made: list[torch.Tensor], hosts: list[Any], results: list[Any]) -> _Plan:
+    """The plan, from a call's allocations, inputs and results. Results are matched to memory by
+    address: freed buffers' memory is reused, and the last allocation at an address is the live
+    one."""
+    allocation_at = {_storage(b): k for k, b in enumerate(made)}
+    input_at = {_storage(h): j for j, h in enumerate(hosts) if _storage(h)}
+    input_index = {id(h): j for j, h in enumerate(hosts)}
+    specs: list[torch.Tensor] = []
+    buffer_of_allocation: dict[int, int] = {}
+    entries: list[tuple[Any, ...]] = []
+    copies: list[tuple[int, int]] = []
+    for i, (result, spec) in enumerate(zip(results, outputs)):
+        if not isinstance(spec, torch.Tensor):
+            entries.append(("value", 0, None, spec))
+            continue
+        address = _storage(result) if _layout(result) == _layout(spec) else 0
+        view = (tuple(result.shape), result.stride(), result.storage_offset(), result.dtype) if address else None
+        if id(result) in input_index:
+            entries.append(("input", input_index[id(result)], None, None))
+        elif address in input_at:
+            entries.append(("input", input_at[address], view, None))
+        elif address in allocation_at:
+            k = allocation_at[address]
+            if k not in buffer_of_allocation:
+                buffer_of_allocation[k] = len(specs)
+                specs.append(_meta(made[k]))
+            entries.append(("buffer", buffer_of_allocation[k], None if result is made[k] else view, None))
+        else:  # memory the generated code did not allocate through us (or another layout): copied
+            copies.append((i, len(specs)))
+            entries.append(("buffer", len(specs), None, None))
+            specs.append(_meta(spec))
+    return _Plan(_C._OutputPlan(specs, entries), buffer_of_allocation, copies)
 
 
 class Executable:
@@ -113,59 +125,60 @@ class Executable:
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
         self.outputs = _output_specs(gm)
         self.seeds = seeds
-        self.plan = _OutputPlan.make(self.outputs, {}, {}, learned=False)
+        self.plan: _Plan | None = None
         self.name = name
         cost.record(name, gm)  # its FLOPs and bytes, for the profiler's estimates
 
-    def _learn(self, made: list[torch.Tensor], hosts: list[Any], results: list[Any]) -> None:
-        """Record which allocation (or input) each output is, from a call that copied them all."""
-        # Results are matched by address: the generated code may return a reinterpretation of a
-        # buffer. Freed buffers' memory is reused, and the last allocation at an address is live.
-        position = {buffer.data_ptr(): k for k, buffer in enumerate(made)}
-        input_index = {id(host): j for j, host in enumerate(hosts)}
-        output_of_allocation: dict[int, int] = {}
-        input_of_output: dict[int, int] = {}
-        for i, (result, spec) in enumerate(zip(results, self.outputs)):
-            if not (isinstance(spec, torch.Tensor) and isinstance(result, torch.Tensor)
-                    and _layout(result) == _layout(spec)):
-                continue
-            k = position.get(result.data_ptr())
-            if id(result) in input_index:
-                input_of_output[i] = input_index[id(result)]
-            elif k is not None and k not in output_of_allocation and _same_memory_layout(made[k], spec):
-                output_of_allocation[k] = i
-        self.plan = _OutputPlan.make(self.outputs, output_of_allocation, input_of_output, learned=True)
-
     def __call__(self, args: list[Any]) -> list[Any]:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
-        plan = self.plan
         inputs = list(args)
         if self.seeds:
             inputs.append(rng.draw_seeds(self.seeds, device))
-        outputs = list(self.outputs)
-        for i, j in plan.input_of_output.items():
-            outputs[i] = inputs[j]
-        for i, out in zip(plan.allocated, _C._empty_outputs(plan.allocated_specs, device.index)):
-            outputs[i] = out
         args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
-        self._launch(device.index, plan, inputs, outputs)
+        if self.plan is None:
+            return self._first_call(device.index, inputs)
+        outputs, buffers = self.plan.outputs.make(inputs, device.index)
+        self._launch(device.index, self.plan, inputs, buffers)
         return outputs
 
-    def _launch(self, device: int, plan: _OutputPlan, inputs: list[Any], outputs: list[Any]) -> None:
+    def _run(self, hosts: list[Any], given: dict[int, torch.Tensor]) -> tuple[list[Any], list[torch.Tensor]]:
+        """Run the generated code on host tensors (on a core's worker): its results and allocations."""
+        _running.allocations = allocations = _Allocations(given)
+        try:
+            return self.compiled(list(hosts)), allocations.made  # the boxed call empties its list
+        finally:
+            _running.allocations = None
+
+    def _first_call(self, device: int, inputs: list[Any]) -> list[Any]:
+        """Run once with the generated code's own allocations and wait, learn where each result
+        lives, then give the outputs that layout (aliasing as the results do) and copy the
+        allocations' contents into them."""
+        ran: dict[str, Any] = {}
+
         def kernel() -> None:
-            aliases = _C._host_aliases(inputs + outputs)
-            hosts, out_aliases = aliases[:len(inputs)], aliases[len(inputs):]
-            _running.allocations = allocations = _Allocations(
-                {k: out_aliases[i] for k, i in plan.output_of_allocation.items()})
-            try:
-                results = self.compiled(list(hosts))  # the boxed call empties its list
-            finally:
-                _running.allocations = None
-            pending = plan.pending
-            if pending is None:
-                self._learn(allocations.made, hosts, results)
-                pending = [i for i, (out, result) in enumerate(zip(out_aliases, results))
-                           if isinstance(out, torch.Tensor) and not _in_place(out, result)]
-            _fill(out_aliases, results, pending)
+            ran["hosts"] = _C._host_aliases(inputs)
+            ran["results"], ran["made"] = self._run(ran["hosts"], {})
+
+        _C._launch_python_kernel(device, kernel, self.name, True)
+        plan = self.plan = _learn(self.outputs, ran["made"], ran["hosts"], ran["results"])
+        outputs, buffers = plan.outputs.make(inputs, device)
+
+        def fill() -> None:
+            buffer_hosts = _C._host_aliases(buffers)
+            for k, b in plan.buffer_of_allocation.items():
+                buffer_hosts[b].untyped_storage().copy_(ran["made"][k].untyped_storage())
+            for i, b in plan.copies:
+                buffer_hosts[b].copy_(ran["results"][i])
+
+        _C._launch_python_kernel(device, fill, self.name, False)
+        return outputs
+
+    def _launch(self, device: int, plan: _Plan, inputs: list[Any], buffers: list[torch.Tensor]) -> None:
+        def kernel() -> None:
+            aliases = _C._host_aliases(inputs + buffers)
+            hosts, buffer_hosts = aliases[:len(inputs)], aliases[len(inputs):]
+            results, _ = self._run(hosts, {k: buffer_hosts[b] for k, b in plan.buffer_of_allocation.items()})
+            for i, b in plan.copies:
+                buffer_hosts[b].copy_(results[i])
 
         _C._launch_python_kernel(device, kernel, self.name, False)
