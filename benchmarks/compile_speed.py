@@ -8,6 +8,7 @@ compiled TinyGPT step on one executable cache directory, empty for the first.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -45,21 +46,25 @@ def gpt_case() -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Tenso
     return (lambda: TinyGPT(config)), make_batches(1, 8, config.block_size, config.vocab_size, seed=0)[0]
 
 
-def stack_case() -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Tensor]]:
+def stack_case(rows: int = 64, width: int = 256) -> tuple[Callable[[], nn.Module], tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(0)
-    return NormStack, (torch.randn(64, 256, generator=gen), torch.randn(64, 256, generator=gen))
+    return (functools.partial(NormStack, width),
+            (torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen)))
 
 
 class Variant:
-    """One model, optimizer and batch on a device, optionally compiled; ``step`` runs one
-    synchronized training step."""
+    """One model, optimizer and batch on a device; with a backend, the model and (unless
+    ``eager_optimizer``) the optimizer step are compiled, as PyTorch recommends for compiled
+    training. ``step`` runs one synchronized training step."""
 
     def __init__(self, model_fn: Callable[[], nn.Module], batch: tuple[torch.Tensor, torch.Tensor],
-                 device: str, backend: str | None) -> None:
+                 device: str, backend: str | None, eager_optimizer: bool = False) -> None:
         torch.manual_seed(0)
         model = model_fn().to(device)
         self.model = torch.compile(model, backend=backend) if backend else model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        compile_step = backend and not eager_optimizer
+        self.optimizer_step = torch.compile(self.optimizer.step, backend=backend) if compile_step else self.optimizer.step
         self.x, self.y = (t.to(device) for t in batch)
 
     def step(self) -> float:
@@ -67,24 +72,25 @@ class Variant:
         self.optimizer.zero_grad()
         loss = self.model(self.x, self.y)[1]
         loss.backward()
-        self.optimizer.step()
+        self.optimizer_step()
         loss.item()
         return time.perf_counter() - start
 
 
-CASES = {"TinyGPT": gpt_case, "NormStack": stack_case}
+CASES = {"TinyGPT": gpt_case, "NormStack": stack_case,
+         "NormStack-large": functools.partial(stack_case, 512, 1024)}
 
 
-def _serve(conn: Connection, case: str, device: str, backend: str | None) -> None:
+def _serve(conn: Connection, case: str, device: str, backend: str | None, eager_optimizer: bool) -> None:
     """A variant in a process of its own: per request, that many training steps back to back
     (their times), until None."""
-    run = Variant(*CASES[case](), device, backend)
+    run = Variant(*CASES[case](), device, backend, eager_optimizer)
     while (count := conn.recv()) is not None:
         conn.send([run.step() for _ in range(count)])
 
 
-def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: int,
-               burst: int) -> dict[str, tuple[float, float]]:
+def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: int, burst: int,
+               eager_optimizer: bool = False) -> dict[str, tuple[float, float]]:
     """Per variant: (first step seconds, median step seconds). Each variant runs in a process of
     its own, as a user's program would: OpenMP keeps one thread team per thread that ran a
     parallel op, and teams of several variants in one process would slow each other (libgomp
@@ -96,7 +102,7 @@ def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: i
     pipes = {}
     for name, device, backend in variants:
         parent, child = context.Pipe()
-        context.Process(target=_serve, args=(child, case, device, backend), daemon=True).start()
+        context.Process(target=_serve, args=(child, case, device, backend, eager_optimizer), daemon=True).start()
         pipes[name] = parent
     first = {}
     for name, pipe in pipes.items():
@@ -154,6 +160,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="turns each variant takes")
     parser.add_argument("--burst", type=int, default=10, help="steps per turn")
     parser.add_argument("--only", choices=("steps", "start"), help="run one part")
+    parser.add_argument("--eager-optimizer", action="store_true",
+                        help="compiled variants compile the model only, not the optimizer step")
     args = parser.parse_args()
     if args.only != "steps":
         start_times()
@@ -164,7 +172,7 @@ def main() -> None:
     for case in CASES:
         print(f"{case} training step (median of {args.rounds} turns x {args.burst - 1} steps, "
               "each variant in its own process)")
-        results = step_times(case, variants, args.rounds, args.burst)
+        results = step_times(case, variants, args.rounds, args.burst, args.eager_optimizer)
         for name, (first, median) in results.items():
             print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
         compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))

@@ -51,7 +51,10 @@ class OutputPlan {
     }
   }
 
-  // (outputs, buffers) of a call with the device tensors `inputs` on `device`.
+  // (outputs, buffers) of a call with the device tensors `inputs` on `device`. The buffers
+  // are for the kernel: other tensors than the outputs, on the same memory, so that a queued
+  // kernel does not add a reference to an output (autograd steals a gradient only when nothing
+  // else references it, and clones it otherwise).
   py::tuple make(const py::list& inputs, int device) const {
     const c10::Device target(kNeuron, static_cast<c10::DeviceIndex>(device));
     std::vector<at::Tensor> buffers;
@@ -70,6 +73,7 @@ class OutputPlan {
         outputs[i] = o.view ? py::cast(reinterpret(THPVariable_Unpack(input.ptr()), *o.view)) : input;
       }
     }
+    for (at::Tensor& b : buffers) b = reinterpret(b, View{b.sizes().vec(), b.strides().vec(), 0, b.scalar_type()});
     return py::make_tuple(outputs, py::cast(buffers));
   }
 

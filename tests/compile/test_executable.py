@@ -72,3 +72,28 @@ def test_saved_views_give_cpu_gradients_over_steps():
         for p_cpu, p_neuron in zip(cpu_layer.parameters(), neuron_layer.parameters()):
             torch.testing.assert_close(p_neuron.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5)
     torch._dynamo.reset()
+
+
+def test_backward_hands_gradients_to_autograd_without_copies():
+    """Autograd steals a gradient that nothing else references (CPU Inductor's gradients are
+    stolen); a queued kernel holding the output tensors would make it clone each one."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    reference = torch.nn.Sequential(*(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)))
+    reference.load_state_dict(model.state_dict())
+    model.to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    x = torch.randn(8, 16)
+    for _ in range(2):  # the second call runs the learned plan
+        model.zero_grad()
+        loss = compiled(x.to("neuron")).square().sum()
+        torch_neuronx.clear_op_tracking()
+        loss.backward()
+        torch.neuron.synchronize()
+        copies = {op: n for op, n in torch_neuronx.get_executed_ops().items() if "copy" in op or "clone" in op}
+        assert copies == {}
+    reference(x).square().sum().backward()
+    for p, r in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), r.grad, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()

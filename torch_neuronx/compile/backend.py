@@ -64,7 +64,10 @@ def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: s
         with V.set_fake_mode(torch._guards.detect_fake_mode(host_inputs)):
             joint_graph_passes(host_gm)
         seeds, seeds_example = rng.seeds_as_input(host_gm)
-        compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []))
+        # As compile_fx tells it: a backward may reuse its donated inputs' (saved activations')
+        # memory for results.
+        compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []),
+                                    is_backward=kind == "backward", is_inference=kind == "inference")
     metrics.count("executables_compiled")
     artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", compiled.source_code)
     return compiled.source_code, compiled, seeds
@@ -79,7 +82,10 @@ def _compile_cached(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int
         if root is None:
             _, compiled, seeds = _build(gm, example_inputs, graph_id, kind)
             return compiled.current_callable, seeds
-        digest = cache.key(gm)
+        from torch._inductor.utils import get_donated_idxs
+        # A backward's code depends on which of its inputs AOTAutograd donated.
+        donated = get_donated_idxs() if kind == "backward" else None
+        digest = cache.key(gm, kind, str(donated))
         with cache.lock(root, digest):
             with metrics.stage("cache_load"):
                 entry = cache.load(root, digest)
@@ -101,16 +107,17 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
 
 def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
                  options: dict[str, Any] | None) -> Callable[..., Any]:
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.compile_fx import partition_fn
     from torch._inductor.decomposition import select_decomp_table
     compiler = functools.partial(_compile_graph, graph_id=graph_id)
-    # Inductor's partitioner: it recomputes cheap (fusible) intermediates in the backward
-    # instead of saving them, as CPU Inductor does — fewer, smaller forward outputs.
-    partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
+    # As CPU Inductor: its joint-graph passes and partitioner (cheap intermediates are
+    # recomputed in the backward instead of saved), and in-place updates of inputs kept in
+    # inference graphs (a compiled optimizer step writes parameters in its one kernel).
     backend = aot_autograd(fw_compiler=functools.partial(compiler, kind="forward"),
                            bw_compiler=functools.partial(compiler, kind="backward"),
                            inference_compiler=functools.partial(compiler, kind="inference"),
-                           partition_fn=partition, decompositions=select_decomp_table())
+                           partition_fn=partition_fn, decompositions=select_decomp_table(),
+                           keep_inference_input_mutations=True)
     # With the eager fallback on, the backward compiles with the forward (not at the first
     # backward), so that a failure of either makes the whole graph run eagerly.
     ahead = settings.fallback_execution(options)

@@ -57,11 +57,12 @@ def _graph_lines(gm: fx.GraphModule) -> Iterator[str]:
                 yield value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes().hex()
 
 
-def key(gm: fx.GraphModule) -> str:
+def key(gm: fx.GraphModule, *context: str) -> str:
+    """The entry of a graph; ``context``: what else its compilation depends on."""
     from torch._inductor import config as inductor_config
     digest = hashlib.sha256()
     for part in (_FORMAT, torch.__version__, _backend_version(), inductor_config.get_hash().hex(),
-                 *_graph_lines(gm)):
+                 *context, *_graph_lines(gm)):
         digest.update(part.encode() + b"\n")
     return digest.hexdigest()
 

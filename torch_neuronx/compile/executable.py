@@ -28,11 +28,14 @@ _running = threading.local()  # per core worker thread: the allocation state of 
 
 class _Allocations:
     """The running kernel's buffer allocations: ``given`` maps an allocation's position to the
-    device buffer (host alias) it gets; every allocation is recorded."""
+    device buffer (host alias) it gets. With ``record``, every allocation is kept (the first call
+    learns from them; kept alive, no two share an address); otherwise the generated code frees
+    its intermediates as it goes, and their memory is reused as on the CPU."""
 
-    def __init__(self, given: dict[int, torch.Tensor]) -> None:
+    def __init__(self, given: dict[int, torch.Tensor], record: bool) -> None:
         self.given = given
-        self.made: list[torch.Tensor] = []
+        self.count = 0
+        self.made: list[torch.Tensor] | None = [] if record else None
 
 
 def _allocate(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -41,13 +44,15 @@ def _allocate(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype
     state: _Allocations | None = getattr(_running, "allocations", None)
     if state is None:
         return torch._C._dynamo.guards._empty_strided_cpu(size, stride, dtype)
-    buffer = state.given.get(len(state.made))
+    buffer = state.given.get(state.count)
     if buffer is None:
         buffer = torch._C._dynamo.guards._empty_strided_cpu(size, stride, dtype)
     elif buffer.dtype != dtype or buffer.stride() != tuple(stride) or buffer.shape != tuple(size):
-        raise RuntimeError(f"compiled graph: allocation {len(state.made)} is {tuple(size)}, {tuple(stride)}, "
+        raise RuntimeError(f"compiled graph: allocation {state.count} is {tuple(size)}, {tuple(stride)}, "
                            f"{dtype}, but its first call made it {_layout(buffer)}")
-    state.made.append(buffer)
+    state.count += 1
+    if state.made is not None:
+        state.made.append(buffer)
     return buffer
 
 
@@ -141,9 +146,11 @@ class Executable:
         self._launch(device.index, self.plan, inputs, buffers)
         return outputs
 
-    def _run(self, hosts: list[Any], given: dict[int, torch.Tensor]) -> tuple[list[Any], list[torch.Tensor]]:
-        """Run the generated code on host tensors (on a core's worker): its results and allocations."""
-        _running.allocations = allocations = _Allocations(given)
+    def _run(self, hosts: list[Any], given: dict[int, torch.Tensor], record: bool = False
+             ) -> tuple[list[Any], list[torch.Tensor] | None]:
+        """Run the generated code on host tensors (on a core's worker): its results, and with
+        ``record`` its allocations."""
+        _running.allocations = allocations = _Allocations(given, record)
         try:
             return self.compiled(list(hosts)), allocations.made  # the boxed call empties its list
         finally:
@@ -157,7 +164,7 @@ class Executable:
 
         def kernel() -> None:
             ran["hosts"] = _C._host_aliases(inputs)
-            ran["results"], ran["made"] = self._run(ran["hosts"], {})
+            ran["results"], ran["made"] = self._run(ran["hosts"], {}, record=True)
 
         _C._launch_python_kernel(device, kernel, self.name, True)
         plan = self.plan = _learn(self.outputs, ran["made"], ran["hosts"], ran["results"])
