@@ -49,6 +49,31 @@ def test_compiled_graph_runs_as_one_kernel_without_host_copies():
     assert "aten::addmm" not in executed and "aten::native_layer_norm" not in executed
 
 
+def test_compiled_optimizer_step_matches_cpu_eager_as_one_kernel():
+    """torch.compile(optimizer.step): parameters and state are updated in place by the compiled
+    kernel (AOTAutograd keeps the input mutations in the graph), without eager foreach ops."""
+    cpu, dev = mlp(), mlp().to("neuron")
+    cpu_opt, dev_opt = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (cpu, dev))
+    dev_step = torch.compile(dev_opt.step, backend="neuron")
+    x = torch.randn(8, 16)
+    for i in range(4):
+        for model, opt, step, inp in ((cpu, cpu_opt, cpu_opt.step, x), (dev, dev_opt, dev_step, x.to("neuron"))):
+            opt.zero_grad()
+            model(inp).square().sum().backward()
+            if model is dev and i == 3:
+                torch.neuron.synchronize()
+                torch_neuronx.clear_op_tracking()
+            step()
+    torch.neuron.synchronize()
+    eager = [op for op in torch_neuronx.get_executed_ops() if op.startswith("aten::")]
+    assert eager == []
+    # The fused update rounds differently from eager's separate foreach ops (lerp, addcmul).
+    for p, q in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(q.cpu(), p, rtol=1e-5, atol=1e-6)
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(dev_opt.state[q][key].cpu(), cpu_opt.state[p][key], rtol=1e-4, atol=1e-5)
+
+
 def compiled_gpt() -> nn.Module:
     model = TinyGPT(GPTConfig())
     model.compile()  # no backend argument: the default backend
