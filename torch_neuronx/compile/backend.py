@@ -25,7 +25,9 @@ from .flex_attention import accept_neuron_inputs
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
 
 _graph_ids = itertools.count()
-accept_neuron_inputs()  # Dynamo imports the backend when torch.compile names it, before tracing
+# Dynamo imports the backend when torch.compile names it, before tracing.
+accept_neuron_inputs()
+cache.start_isa_probe()
 _KNOWN_OPTIONS = {"fallback_execution"}
 
 
@@ -78,6 +80,7 @@ def _compile_cached(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int
     """The graph's host entry function and its seed count, from the executable cache when it has
     the graph."""
     root = settings.cache_dir()
+    cache.wait_isa_probe()
     with cache.inductor_dir(root):
         if root is None:
             _, compiled, seeds = _build(gm, example_inputs, graph_id, kind)

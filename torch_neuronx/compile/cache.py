@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,28 @@ import torch
 from torch import fx
 
 _FORMAT = "2"  # bump when the entry layout changes
+
+
+@functools.cache
+def _isa_probe() -> threading.Thread:
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+    probe = threading.Thread(target=valid_vec_isa_list, name="torch_neuronx-isa-probe", daemon=True)
+    probe.start()
+    return probe
+
+
+def start_isa_probe() -> None:
+    """Inductor probes the host's vector instruction sets once per process (building and loading
+    a test library per candidate in subprocesses, ~1.2 s) when it first builds or loads a kernel.
+    Started when the backend is named, the probe waits on its subprocesses while Dynamo and
+    AOTAutograd trace, instead of adding to a warm start."""
+    _isa_probe()
+
+
+def wait_isa_probe() -> None:
+    """Before building or loading kernels: a probe still running finishes, rather than running
+    twice."""
+    _isa_probe().join()
 
 
 @functools.cache
