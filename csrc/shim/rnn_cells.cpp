@@ -11,24 +11,34 @@ namespace {
 
 at::Tensor opt_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
 
-// The checks of CUDA's checkSizes, worded for the user: `factor` gates per hidden unit.
-void check_cell(const char* op, const at::Tensor& input_gates, const at::Tensor& hidden_gates,
-                const at::Tensor& input_bias, const at::Tensor& hidden_bias, const at::Tensor& prev,
-                int64_t factor) {
-  TORCH_CHECK(input_gates.dim() == 2 && input_gates.sizes() == hidden_gates.sizes(), op,
+// A fused cell's inputs: (input_gates, hidden_gates, cx or hx, input_bias?, hidden_bias?).
+struct CellInputs {
+  at::Tensor input_gates, hidden_gates, prev, input_bias, hidden_bias;
+  at::ScalarType dtype, math;  // the gates' dtype and the type the cell computes in
+};
+
+// Reads a cell's inputs with the checks of CUDA's checkSizes, worded for the user: `factor`
+// gates per hidden unit.
+CellInputs read_cell(const torch::jit::Stack& s, const char* op, int64_t factor) {
+  const at::Tensor input_gates = s[0].toTensor();
+  const auto dtype = input_gates.scalar_type();
+  const CellInputs c{input_gates, s[1].toTensor(), s[2].toTensor(), opt_tensor(s[3]), opt_tensor(s[4]),
+                     dtype, at::toOpMathType(dtype)};
+  TORCH_CHECK(c.input_gates.dim() == 2 && c.input_gates.sizes() == c.hidden_gates.sizes(), op,
               " on neuron: expected 2-D input_gates and hidden_gates of the same size, got ",
-              input_gates.sizes(), " and ", hidden_gates.sizes());
-  const int64_t gates = input_gates.size(1);
-  TORCH_CHECK(input_bias.defined() == hidden_bias.defined(), op,
+              c.input_gates.sizes(), " and ", c.hidden_gates.sizes());
+  const int64_t gates = c.input_gates.size(1);
+  TORCH_CHECK(c.input_bias.defined() == c.hidden_bias.defined(), op,
               " on neuron: pass both input_bias and hidden_bias or neither");
-  TORCH_CHECK(!input_bias.defined() || (input_bias.dim() == 1 && input_bias.numel() == gates &&
-                                        hidden_bias.sizes() == input_bias.sizes()),
-              op, " on neuron: expected biases of size [", gates, "], got ", input_bias.sizes(), " and ",
-              hidden_bias.sizes());
-  TORCH_CHECK(gates % factor == 0 && prev.dim() == 2 && prev.size(0) == input_gates.size(0) &&
-                  prev.size(1) == gates / factor,
-              op, " on neuron: expected a hidden state of size [", input_gates.size(0), ", ", gates / factor,
-              "] for gates of size ", input_gates.sizes(), ", got ", prev.sizes());
+  TORCH_CHECK(!c.input_bias.defined() || (c.input_bias.dim() == 1 && c.input_bias.numel() == gates &&
+                                          c.hidden_bias.sizes() == c.input_bias.sizes()),
+              op, " on neuron: expected biases of size [", gates, "], got ", c.input_bias.sizes(), " and ",
+              c.hidden_bias.sizes());
+  TORCH_CHECK(gates % factor == 0 && c.prev.dim() == 2 && c.prev.size(0) == c.input_gates.size(0) &&
+                  c.prev.size(1) == gates / factor,
+              op, " on neuron: expected a hidden state of size [", c.input_gates.size(0), ", ", gates / factor,
+              "] for gates of size ", c.input_gates.sizes(), ", got ", c.prev.sizes());
+  return c;
 }
 
 // Gate pre-activations summed in the order of the CUDA kernel: input + hidden + bias1 + bias2.
@@ -48,12 +58,10 @@ at::Tensor bias_grad(const at::Tensor& grad_gates, bool has_bias) {
 // (input_gates, hidden_gates, cx, input_bias, hidden_bias) -> (hy, cy, workspace); the
 // workspace holds the activated gates i, f, g, o side by side, as input_gates does.
 void fused_lstm_cell(torch::jit::Stack& s, c10::DeviceIndex) {
-  const at::Tensor input_gates = s[0].toTensor(), hidden_gates = s[1].toTensor(), cx = s[2].toTensor();
-  const at::Tensor input_bias = opt_tensor(s[3]), hidden_bias = opt_tensor(s[4]);
-  check_cell("_thnn_fused_lstm_cell", input_gates, hidden_gates, input_bias, hidden_bias, cx, 4);
-  const auto dtype = input_gates.scalar_type();
-  const auto math = at::toOpMathType(dtype);
-  const at::Tensor pre = pre_activations(input_gates, hidden_gates, input_bias, hidden_bias, math);
+  const CellInputs c = read_cell(s, "_thnn_fused_lstm_cell", 4);
+  const at::Tensor& cx = c.prev;
+  const auto dtype = c.dtype, math = c.math;
+  const at::Tensor pre = pre_activations(c.input_gates, c.hidden_gates, c.input_bias, c.hidden_bias, math);
   const int64_t h = cx.size(1);
   at::Tensor gates = pre.sigmoid();
   gates.narrow(1, 2 * h, h).copy_(pre.narrow(1, 2 * h, h).tanh());
@@ -100,11 +108,10 @@ void fused_lstm_cell_backward(torch::jit::Stack& s, c10::DeviceIndex) {
 // (input_gates, hidden_gates, hx, input_bias, hidden_bias) -> (hy, workspace); gates r, z, n
 // and a workspace of r, z, n, hx and the hidden n gate with its bias, side by side.
 void fused_gru_cell(torch::jit::Stack& s, c10::DeviceIndex) {
-  const at::Tensor input_gates = s[0].toTensor(), hidden_gates = s[1].toTensor(), hx = s[2].toTensor();
-  const at::Tensor input_bias = opt_tensor(s[3]), hidden_bias = opt_tensor(s[4]);
-  check_cell("_thnn_fused_gru_cell", input_gates, hidden_gates, input_bias, hidden_bias, hx, 3);
-  const auto dtype = input_gates.scalar_type();
-  const auto math = at::toOpMathType(dtype);
+  const CellInputs c = read_cell(s, "_thnn_fused_gru_cell", 3);
+  const at::Tensor &input_gates = c.input_gates, &hidden_gates = c.hidden_gates, &hx = c.prev;
+  const at::Tensor &input_bias = c.input_bias, &hidden_bias = c.hidden_bias;
+  const auto dtype = c.dtype, math = c.math;
   const int64_t h = hx.size(1);
   const auto part = [&](const at::Tensor& t, int64_t gate, int64_t n) {
     return t.defined() ? t.narrow(-1, gate * h, n * h) : t;
