@@ -1,6 +1,7 @@
 """Shared comparison helpers for the neuron differential tests (CPU is the reference)."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.utils._pytree import tree_flatten
 
@@ -30,6 +31,14 @@ def to_device(obj, device=DEVICE):
 def tensors(tree) -> list[torch.Tensor]:
     """The tensors among the leaves of a pytree (results, arguments), in order."""
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def instantiate_neuron_suites(scope: dict, fast: type, sweep: type) -> None:
+    """Instantiate device-generic upstream test classes for the neuron device (PrivateUse1) in
+    ``scope``: ``fast`` runs by default, ``sweep`` (whole databases) is marked slow."""
+    from torch.testing._internal.common_device_type import instantiate_device_type_tests
+    instantiate_device_type_tests(fast, scope, only_for="privateuse1")
+    instantiate_device_type_tests(pytest.mark.slow(sweep), scope, only_for="privateuse1")
 
 
 def assert_same(cpu_result, device_result, atol=None, rtol=None, check_stride=True, check_device=True):

@@ -14,12 +14,11 @@ from collections.abc import Sequence
 import pytest
 import torch
 import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_type picks test bases)
-from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_modules import ModuleInfo, module_db, modules
 from torch.testing._internal.common_utils import TestCase
 from torch.utils._pytree import tree_map
 
-from helpers import tensors
+from helpers import instantiate_neuron_suites, tensors
 
 FAST_MODULES = {"nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.RMSNorm", "nn.GroupNorm",
                 "nn.Embedding", "nn.GELU", "nn.MaxPool2d", "nn.AdaptiveAvgPool2d", "nn.CrossEntropyLoss",
@@ -80,6 +79,5 @@ def _suite(name: str, module_list: Sequence[ModuleInfo]) -> type[TestCase]:
 
 
 TestModules = _suite("TestModules", [m for m in module_db if m.name in FAST_MODULES])
-TestModulesSweep = pytest.mark.slow(_suite("TestModulesSweep", module_db))
-instantiate_device_type_tests(TestModules, globals(), only_for="privateuse1")
-instantiate_device_type_tests(TestModulesSweep, globals(), only_for="privateuse1")
+TestModulesSweep = _suite("TestModulesSweep", module_db)
+instantiate_neuron_suites(globals(), TestModules, TestModulesSweep)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 import torch
 import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_type picks test bases)
-from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
+from torch.testing._internal.common_device_type import ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase
 from torch.testing._internal.opinfo.core import DecorateInfo, OpInfo, SampleInput
@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from torch_neuronx.testing.conformance import expectations, opinfo, runner
 
-from helpers import tensors
+from helpers import instantiate_neuron_suites, tensors
 
 # The conformance runner's CI operators, plus those whose device bugs these tests found (out=
 # strides of a view into a workspace; in-place through out= on a broadcast input; CPU indices).
@@ -246,6 +246,5 @@ def _suite(name: str, op_list: Sequence[OpInfo], dtypes: Sequence[torch.dtype]) 
 
 
 TestOps = _suite("TestOps", FAST_OPS, (torch.float32,))
-TestOpsSweep = pytest.mark.slow(_suite("TestOpsSweep", op_db, (torch.float32, torch.bfloat16)))
-instantiate_device_type_tests(TestOps, globals(), only_for="privateuse1")
-instantiate_device_type_tests(TestOpsSweep, globals(), only_for="privateuse1")
+TestOpsSweep = _suite("TestOpsSweep", op_db, (torch.float32, torch.bfloat16))
+instantiate_neuron_suites(globals(), TestOps, TestOpsSweep)

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 import pytest
 import torch
 import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_type picks test bases)
-from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_optimizers import OptimizerInfo, optim_db, optims
 from torch.testing._internal.common_utils import TestCase
 from torch.utils._pytree import tree_map
+
+from helpers import instantiate_neuron_suites
 
 FAST_OPTIMIZERS = {"SGD", "Adam", "AdamW"}
 STEPS = 3
@@ -64,6 +65,5 @@ def _suite(name: str, optim_list: Sequence[OptimizerInfo]) -> type[TestCase]:
 
 
 TestOptim = _suite("TestOptim", [o for o in optim_db if o.name in FAST_OPTIMIZERS])
-TestOptimSweep = pytest.mark.slow(_suite("TestOptimSweep", optim_db))
-instantiate_device_type_tests(TestOptim, globals(), only_for="privateuse1")
-instantiate_device_type_tests(TestOptimSweep, globals(), only_for="privateuse1")
+TestOptimSweep = _suite("TestOptimSweep", optim_db)
+instantiate_neuron_suites(globals(), TestOptim, TestOptimSweep)
