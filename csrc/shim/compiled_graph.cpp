@@ -73,7 +73,7 @@ class OutputPlan {
         outputs[i] = o.view ? py::cast(reinterpret(THPVariable_Unpack(input.ptr()), *o.view)) : input;
       }
     }
-    for (at::Tensor& b : buffers) b = reinterpret(b, View{b.sizes().vec(), b.strides().vec(), 0, b.scalar_type()});
+    for (at::Tensor& b : buffers) b = snapshot(b);
     return py::make_tuple(outputs, py::cast(buffers));
   }
 
