@@ -84,8 +84,7 @@ class _Plan:
 
 def _learn(outputs: list[Any], made: list[torch.Tensor], hosts: list[Any], results: list[Any]) -> _Plan:
     """The plan, from a call's allocations, inputs and results. Results are matched to memory by
-    address: freed buffers' memory is reused, and the last allocation at an address is the live
-    one."""
+    address: the recording call keeps every allocation alive, so no two share one."""
     allocation_at = {_storage(b): k for k, b in enumerate(made)}
     input_at = {_storage(h): j for j, h in enumerate(hosts) if _storage(h)}
     input_index = {id(h): j for j, h in enumerate(hosts)}
