@@ -20,7 +20,8 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2)).to("neuron")
 loss = torch.compile(model, backend="neuron")(torch.randn(4, 8, device="neuron")).square().sum()
 loss.backward()
-print(json.dumps({"loss": loss.item(), **torch_neuronx.get_dynamo_metrics()}))
+grads = [p.grad.cpu().flatten().tolist() for p in model.parameters()]
+print(json.dumps({"loss": loss.item(), "grads": grads, **torch_neuronx.get_dynamo_metrics()}))
 """
 
 
@@ -46,8 +47,10 @@ def test_a_fresh_process_with_a_warm_cache_skips_compilation(tmp_path):
     warm = finish(start_child(tmp_path / "cache"))
     assert (cold["executables_compiled"], cold["cache_misses"], cold["cache_hits"]) == (2, 2, 0)
     assert (warm["executables_compiled"], warm["cache_misses"], warm["cache_hits"]) == (0, 0, 2)
-    assert "compiler" not in warm["compile_time_s"]
-    assert warm["loss"] == cold["loss"]
+    # The graph's forward/backward partition came from AOTAutograd's cache: nothing traced.
+    assert (cold["graph_cache_hits"], warm["graph_cache_hits"]) == (0, 1)
+    assert "compiler" not in warm["compile_time_s"] and "lowering" not in warm["compile_time_s"]
+    assert (warm["loss"], warm["grads"]) == (cold["loss"], cold["grads"])
 
 
 @pytest.mark.slow
@@ -82,6 +85,10 @@ def entries(cache_dir: Path) -> list[Path]:
     return list(cache_dir.glob("??/*.py"))
 
 
+def without_aot_id(entry: str) -> list[str]:
+    return [line for line in entry.splitlines()[1:] if not line.startswith("# AOT ID")]
+
+
 def test_a_corrupt_entry_warns_recompiles_and_is_overwritten(cache_dir):
     x = torch.randn(64)
     run_compiled(x)
@@ -90,12 +97,61 @@ def test_a_corrupt_entry_warns_recompiles_and_is_overwritten(cache_dir):
     entry.write_text(good[: len(good) // 2])  # a truncated write
     with pytest.warns(UserWarning, match="corrupt"):
         torch.testing.assert_close(run_compiled(x), scaled_sin(x))
-    assert entry.read_text() == good
+    # The same code again; only the header naming AOTAutograd's graph counter differs.
+    assert without_aot_id(entry.read_text()) == without_aot_id(good)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         torch.testing.assert_close(run_compiled(x), scaled_sin(x))
     metrics = torch_neuronx.get_dynamo_metrics()
     assert (metrics["executables_compiled"], metrics["cache_hits"]) == (2, 1)
+
+
+def graph_entries(cache_dir: Path) -> list[Path]:
+    """AOTAutograd's entries (a graph's partition and wrappers, naming its executables)."""
+    return list((cache_dir / "inductor" / "aotautograd").glob("*/*"))
+
+
+def test_a_graph_loads_with_its_executables_from_the_cache(cache_dir):
+    x = torch.randn(64)
+    run_compiled(x)
+    assert len(graph_entries(cache_dir)) == 1
+    torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert (metrics["graph_cache_hits"], metrics["executables_compiled"], metrics["cache_hits"]) == (1, 1, 1)
+
+
+def test_a_corrupt_graph_entry_is_skipped_and_the_graph_compiled_again(cache_dir):
+    x = torch.randn(64)
+    run_compiled(x)
+    (entry,) = graph_entries(cache_dir)
+    entry.write_bytes(entry.read_bytes()[:100])
+    torch.testing.assert_close(run_compiled(x), scaled_sin(x))  # AOTAutograd logs a warning
+    metrics = torch_neuronx.get_dynamo_metrics()
+    # Traced again, its executable found in the executable cache; the graph saved anew.
+    assert (metrics["graph_cache_hits"], metrics["executables_compiled"], metrics["cache_hits"]) == (0, 1, 1)
+    torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    assert torch_neuronx.get_dynamo_metrics()["graph_cache_hits"] == 1
+
+
+def test_a_graph_entry_whose_executable_is_gone_compiles_again(cache_dir):
+    x = torch.randn(64)
+    run_compiled(x)
+    for entry in entries(cache_dir):
+        entry.unlink()
+    torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert (metrics["graph_cache_hits"], metrics["executables_compiled"]) == (0, 2)
+    assert len(entries(cache_dir)) == 1
+
+
+def test_graph_entries_are_keyed_by_the_backend_source(cache_dir, monkeypatch):
+    from torch_neuronx.compile import cache
+    x = torch.randn(64)
+    run_compiled(x)
+    monkeypatch.setattr(cache, "backend_version", lambda: "another backend")
+    torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    assert torch_neuronx.get_dynamo_metrics()["graph_cache_hits"] == 0
+    assert len(graph_entries(cache_dir)) == 2
 
 
 def test_an_entry_is_keyed_by_input_specs(cache_dir):

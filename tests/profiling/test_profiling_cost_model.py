@@ -201,8 +201,8 @@ def test_graph_cost_writes_a_viewed_result_once_and_a_reused_kernel_name_is_ambi
     a, b = torch.randn(8, 16), torch.randn(16, 4)
     gm = make_fx(lambda a, b: ((a @ b).t(), a.t()))(a, b)  # a view of the result, a view of an input
     assert cost.count(gm) == cost.GraphCost({"float32": 2 * 8 * 16 * 4}, 4 * (8 * 16 + 16 * 4 + 8 * 4))
-    cost.record("test::graph", gm)
-    cost.record("test::graph", gm)  # compiled again, same graph: same cost
+    cost.record("test::graph", cost.count(gm))
+    cost.record("test::graph", cost.count(gm))  # compiled again, same graph: same cost
     assert cost.graph_cost("test::graph") == cost.count(gm)
-    cost.record("test::graph", make_fx(lambda a: a @ a.t())(a))
+    cost.record("test::graph", cost.count(make_fx(lambda a: a @ a.t())(a)))
     assert cost.graph_cost("test::graph") is None

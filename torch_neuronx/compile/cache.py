@@ -50,7 +50,7 @@ def wait_isa_probe() -> None:
 
 
 @functools.cache
-def _backend_version() -> str:
+def backend_version() -> str:
     """A hash of this package's source: a change to the lowering invalidates entries."""
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")):
@@ -84,7 +84,7 @@ def key(gm: fx.GraphModule, *context: str) -> str:
     """The entry of a graph; ``context``: what else its compilation depends on."""
     from torch._inductor import config as inductor_config
     digest = hashlib.sha256()
-    for part in (_FORMAT, torch.__version__, _backend_version(), inductor_config.get_hash().hex(),
+    for part in (_FORMAT, torch.__version__, backend_version(), inductor_config.get_hash().hex(),
                  *context, *_graph_lines(gm)):
         digest.update(part.encode() + b"\n")
     return digest.hexdigest()
@@ -133,6 +133,7 @@ def load(root: Path, digest: str) -> tuple[Callable[[list[Any]], Any], int] | No
     path = _entry(root, digest)
     if not path.exists():
         return None
+    wait_isa_probe()
     try:
         header, source = path.read_text().split("\n", 1)
         checksum, seeds = header.removeprefix("# sha256 ").split(" seeds ")

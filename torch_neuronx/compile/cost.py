@@ -1,8 +1,9 @@
 """The work of each compiled graph, counted once at compile time for the profiler's cost model.
 
 A compiled graph runs as one kernel (``neuron::compiled_graph_<id>_<kind>``) whose tensors the
-profiler cannot see, so its FLOPs and bytes are counted here from the AOT graph (what every
-executable has, also when loaded from the executable cache) and kept under the kernel's name:
+profiler cannot see, so its FLOPs and bytes are counted here from the AOT graph when the
+executable is made (an executable loaded with its graph from AOTAutograd's cache carries its
+count) and kept under the kernel's name:
 - FLOPs: PyTorch's ``torch.utils.flop_counter`` formulas over the graph's nodes (matrix
   operators: mm, addmm, bmm, convolution, attention...), by the dtype of their first tensor
   argument, which sets the TensorE rate;
@@ -72,10 +73,9 @@ def count(gm: fx.GraphModule) -> GraphCost:
     return GraphCost(flops, moved)
 
 
-def record(kernel: str, gm: fx.GraphModule) -> None:
-    """Keep ``gm``'s cost under its executable's kernel name. A name compiled again with another
+def record(kernel: str, cost: GraphCost) -> None:
+    """Keep a graph's cost under its executable's kernel name. A name compiled again with another
     cost (a graph recompiled per input shape keeps its name) is ambiguous: no estimate."""
-    cost = count(gm)
     _costs[kernel] = cost if _costs.get(kernel, cost) == cost else None
 
 

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import fx
+from torch._inductor.output_code import OutputCode
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import _C
-from . import cost, rng
+from . import cache, cost, metrics, rng, settings
 
 KERNEL_PREFIX = "neuron::compiled_graph"  # how the profiler recognizes compiled graphs (docs/profiling.md)
 _running = threading.local()  # per core worker thread: the allocation state of the running kernel
@@ -115,23 +117,59 @@ def _learn(outputs: list[Any], made: list[torch.Tensor], hosts: list[Any], resul
     return _Plan(_C._OutputPlan(specs, entries), buffer_of_allocation, copies)
 
 
-class Executable:
-    """Callable with the boxed calling convention of AOTAutograd compilers."""
+class Executable(OutputCode):
+    """Callable with the boxed calling convention of AOTAutograd compilers. An ``OutputCode``, so
+    that AOTAutograd's cache can keep it with the graph's forward/backward partition: it pickles
+    as its executable-cache entry and output layouts, and loads the generated code again in
+    ``post_compile``."""
 
     def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int,
-                 name: str) -> None:
+                 region: str, kind: str, digest: str | None) -> None:
         """``compiled``: the entry function of Inductor's generated module, taking the boxed host
         inputs (then ``seeds`` random seeds, when the graph has random ops); ``gm``: the graph it
-        was compiled from, whose output metadata gives the outputs' layouts; ``name``: the
-        kernel's name on the queue and in profiles (``neuron::compiled_graph_<id>_<kind>``)."""
+        was compiled from, whose output metadata gives the outputs' layouts; ``region`` and
+        ``kind`` name the kernel on the queue and in profiles (``<region>_<kind>``, e.g.
+        ``neuron::compiled_graph_3_forward``); ``digest``: its executable-cache entry (None: not
+        cached)."""
         self._boxed_call = True  # an instance attribute: AOTAutograd's wrappers copy __dict__
+        with unset_fake_temporarily():  # plain meta tensors, which pickle
+            self.outputs = [_meta(v) if isinstance(v, torch.Tensor) else v for v in _output_specs(gm)]
+        self.seeds = seeds
+        self.kind = kind
+        self.digest = digest
+        self.cost = cost.count(gm)
+        self._bind(compiled, region)
+
+    def _bind(self, compiled: Callable[[list[Any]], Any], region: str) -> None:
         self.compiled = compiled
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
-        self.outputs = _output_specs(gm)
-        self.seeds = seeds
         self.plan: _Plan | None = None
-        self.name = name
-        cost.record(name, gm)  # its FLOPs and bytes, for the profiler's estimates
+        self.name = f"{region}_{self.kind}"
+        cost.record(self.name, self.cost)  # its FLOPs and bytes, for the profiler's estimates
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.digest is None:
+            from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+            raise BypassAOTAutogradCache("a neuron executable with constants is not cached")
+        return {k: v for k, v in self.__dict__.items() if k not in ("compiled", "plan", "name")}
+
+    def prepare_for_serialization(self) -> None:
+        """Nothing to drop: ``__getstate__`` keeps only what a later process needs."""
+
+    def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: dict[str, Any]) -> None:
+        """Loaded from AOTAutograd's cache: the generated code from the executable cache, named
+        for this process's graph (``compile_region_name``). A missing entry raises, and
+        AOTAutograd compiles the graph again."""
+        root = settings.cache_dir()
+        with metrics.stage("cache_load"):
+            entry = cache.load(root, self.digest) if root else None
+        if entry is None:
+            raise RuntimeError(f"neuron executable {self.digest} is not in the executable cache")
+        metrics.count("cache_hits")
+        self._bind(entry[0], graph_kwargs["compile_region_name"])
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        """No Triton kernels: the generated code is C++."""
 
     def __call__(self, args: list[Any]) -> list[Any]:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))

@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-_COUNTERS = ("graphs", "executables_compiled", "cache_hits", "cache_misses", "recompilations",
-             "eager_fallbacks")
+_COUNTERS = ("graphs", "graph_cache_hits", "executables_compiled", "cache_hits", "cache_misses",
+             "recompilations", "eager_fallbacks")
 _counts: collections.Counter[str] = collections.Counter()
 _stage_seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
 _graph_breaks_at_reset = 0
@@ -36,8 +36,9 @@ def stage(name: str) -> Iterator[None]:
 
 
 def get_dynamo_metrics() -> dict[str, Any]:
-    """Since the last reset: Dynamo graphs received by the ``neuron`` backend, executables
-    compiled, executable cache hits and misses, recompilations (an executable compiled for a graph
+    """Since the last reset: Dynamo graphs received by the ``neuron`` backend, graphs whose
+    AOTAutograd result came from the cache (no tracing), executables compiled, executable cache
+    hits and misses, recompilations (an executable compiled for a graph
     already compiled for other input specs), graphs run eagerly after a failed compile, graph
     breaks (counted by Dynamo over all backends) and seconds per compile stage. Stages nest:
     ``aot_autograd`` includes ``lowering``, ``compiler`` and ``cache_load``."""
