@@ -10,6 +10,7 @@ Simulator settings: ``TORCH_NEURONX_SIM_CHIPS`` (chips, default 1),
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 GiB = 1 << 30
@@ -52,7 +53,8 @@ class Topology:
         return self.chip.physical_cores // self.logical_nc_config
 
 
-def _flag(env: dict[str, str], name: str) -> bool:
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """A boolean environment variable: 1/true/yes/on."""
     return env.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -116,6 +118,6 @@ def from_env(env: dict[str, str] | None = None) -> Topology:
     if inflight < 1:
         raise ValueError(f"TORCH_NEURONX_MAX_INFLIGHT_KERNELS={inflight}: expected at least 1")
     return Topology(generation, config, chips, cores, hbm,
-                    launch_blocking=_flag(env, "NEURON_LAUNCH_BLOCKING"),
-                    capture_stack=_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"),
+                    launch_blocking=env_flag(env, "NEURON_LAUNCH_BLOCKING"),
+                    capture_stack=env_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"),
                     max_inflight=inflight)
