@@ -154,6 +154,16 @@ def test_graph_entries_are_keyed_by_the_backend_source(cache_dir, monkeypatch):
     assert len(graph_entries(cache_dir)) == 2
 
 
+def test_pytorchs_autograd_cache_switch_leaves_the_executable_cache(cache_dir):
+    x = torch.randn(64)
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        for _ in range(2):
+            torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert (metrics["graph_cache_hits"], metrics["executables_compiled"], metrics["cache_hits"]) == (0, 1, 1)
+    assert graph_entries(cache_dir) == []
+
+
 def test_an_entry_is_keyed_by_input_specs(cache_dir):
     run_compiled(torch.randn(64))
     run_compiled(torch.randn(64, dtype=torch.float64))

@@ -125,7 +125,8 @@ def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
     # tracing. Its entries live beside Inductor's under the executable cache, its key is tagged
     # with this backend's source, and the backward compiles with the forward, inside this
     # call, so the entry is complete when it is saved.
-    aot_cache = root is not None and not torch.compiler.config.force_disable_caches
+    aot_cache = (root is not None and torch._functorch.config.enable_autograd_cache
+                 and not torch.compiler.config.force_disable_caches)
 
     def compiler(kind: str) -> Callable[..., Executable]:
         compile_graph = functools.partial(_compile_graph, graph_id=graph_id, kind=kind)
