@@ -97,3 +97,26 @@ def test_backward_hands_gradients_to_autograd_without_copies():
     for p, r in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad.cpu(), r.grad, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+def test_an_executable_pickles_as_its_cache_entry_and_loads_for_another_graph(tmp_path, monkeypatch):
+    """What AOTAutograd's cache keeps of an executable, and how a later process gets it back."""
+    import pickle
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_neuronx.compile.backend import _compile_graph
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    x = torch.randn(8, 16)
+    gm = make_fx(lambda a: (a.sin() * 2, a.t()), tracing_mode="fake")(x)
+    fake_inputs = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
+    compiled = _compile_graph(gm, fake_inputs, graph_id=900, kind="inference")
+    loaded = pickle.loads(pickle.dumps(compiled))
+    assert loaded.digest == compiled.digest and not hasattr(loaded, "compiled")
+    assert loaded != compiled and len({compiled, loaded}) == 2  # identity, hashable
+    loaded.post_compile([], None, {"compile_region_name": "neuron::compiled_graph_901"})
+    assert loaded.name == "neuron::compiled_graph_901_inference"
+    for executable in (compiled, loaded):
+        y, t = executable([x.to("neuron")])
+        torch.testing.assert_close(y.cpu(), x.sin() * 2)
+        assert t.stride() == x.t().stride() and torch.equal(t.cpu(), x.t())

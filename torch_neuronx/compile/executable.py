@@ -123,6 +123,11 @@ class Executable(OutputCode):
     as its executable-cache entry and output layouts, and loads the generated code again in
     ``post_compile``."""
 
+    # Identity, not the field equality OutputCode's dataclass generates (the fields it compares
+    # are the same for every executable), which would also leave executables unhashable.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int,
                  region: str, kind: str, digest: str | None) -> None:
         """``compiled``: the entry function of Inductor's generated module, taking the boxed host
