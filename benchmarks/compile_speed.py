@@ -90,33 +90,37 @@ def _serve(conn: Connection, case: str, device: str, backend: str | None, eager_
 
 
 def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: int, burst: int,
-               eager_optimizer: bool = False) -> dict[str, tuple[float, float]]:
-    """Per variant: (first step seconds, median step seconds). Each variant runs in a process of
+               eager_optimizer: bool = False, processes: int = 2) -> dict[str, tuple[float, float]]:
+    """Per variant: (first step seconds, median step seconds). Each variant runs in processes of
     its own, as a user's program would: OpenMP keeps one thread team per thread that ran a
     parallel op, and teams of several variants in one process would slow each other (libgomp
-    shortens its barrier spinning when a process has more OpenMP threads than cores). The
-    processes take turns, ``burst`` steps back to back as in a training loop, so load from
-    elsewhere on this shared machine falls on all of them alike; the median is over every step
-    but the first of each turn (caches and threads are cold after another process ran)."""
+    shortens its barrier spinning when a process has more OpenMP threads than cores). Each
+    variant runs in ``processes`` processes, whose steps are pooled: on this shared machine two
+    processes of the very same variant can differ by 40%. The processes take turns, ``burst``
+    steps back to back as in a training loop, so load from elsewhere falls on all of them alike;
+    the median is over every step but the first of each turn (caches and threads are cold after
+    another process ran)."""
     context = multiprocessing.get_context("spawn")
-    pipes = {}
-    for name, device, backend in variants:
-        parent, child = context.Pipe()
-        context.Process(target=_serve, args=(child, case, device, backend, eager_optimizer), daemon=True).start()
-        pipes[name] = parent
-    first = {}
-    for name, pipe in pipes.items():
+    pipes = []
+    for _ in range(processes):
+        for name, device, backend in variants:
+            parent, child = context.Pipe()
+            context.Process(target=_serve, args=(child, case, device, backend, eager_optimizer),
+                            daemon=True).start()
+            pipes.append((name, parent))
+    first: dict[str, float] = {}
+    for name, pipe in pipes:
         pipe.send(1)
-        first[name] = pipe.recv()[0]
-    times: dict[str, list[float]] = {name: [] for name in pipes}
+        first.setdefault(name, pipe.recv()[0])  # the first process's first (compiling) step
+    times: dict[str, list[float]] = {name: [] for name, *_ in variants}
     for _ in range(rounds):
-        for name, pipe in pipes.items():
-            time.sleep(0.01)  # let the previous variant's OpenMP threads stop spinning
+        for name, pipe in pipes:
+            time.sleep(0.01)  # let the previous process's OpenMP threads stop spinning
             pipe.send(burst)
             times[name] += pipe.recv()[1:]
-    for pipe in pipes.values():
+    for _, pipe in pipes:
         pipe.send(None)
-    return {name: (first[name], statistics.median(times[name])) for name in pipes}
+    return {name: (first[name], statistics.median(times[name])) for name in times}
 
 
 # A fresh process: the first compiled TinyGPT training step, timed from before the model exists.
@@ -157,8 +161,9 @@ def start_times() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8, help="turns each variant takes")
+    parser.add_argument("--rounds", type=int, default=6, help="turns each process takes")
     parser.add_argument("--burst", type=int, default=10, help="steps per turn")
+    parser.add_argument("--processes", type=int, default=2, help="processes per variant")
     parser.add_argument("--only", choices=("steps", "start"), help="run one part")
     parser.add_argument("--eager-optimizer", action="store_true",
                         help="compiled variants compile the model only, not the optimizer step")
@@ -170,9 +175,9 @@ def main() -> None:
     variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
                 ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
     for case in CASES:
-        print(f"{case} training step (median of {args.rounds} turns x {args.burst - 1} steps, "
-              "each variant in its own process)")
-        results = step_times(case, variants, args.rounds, args.burst, args.eager_optimizer)
+        print(f"{case} training step (median of {args.rounds} turns x {args.burst - 1} steps in each "
+              f"of {args.processes} processes per variant)")
+        results = step_times(case, variants, args.rounds, args.burst, args.eager_optimizer, args.processes)
         for name, (first, median) in results.items():
             print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
         compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))
