@@ -58,3 +58,23 @@ def test_the_switch_keeps_pytorchs_device_threads():
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
     assert out.split() == ["True", "True", "[3.0,", "3.0,", "3.0]"]
+
+
+def test_reentrant_checkpoint_backward_on_the_calling_thread_matches_cpu():
+    """Reentrant backward (checkpoint's use_reentrant=True runs backward inside backward) nests on
+    the calling thread instead of the device thread."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+
+    def grads(device: str, reentrant: bool) -> list[torch.Tensor]:
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8)).to(device)
+        xi = x.clone().to(device).requires_grad_()
+        y = checkpoint(model, checkpoint(model, xi, use_reentrant=reentrant), use_reentrant=reentrant)
+        y.square().sum().backward()
+        return [p.grad.cpu() for p in model.parameters()] + [xi.grad.cpu()]
+
+    for reentrant in (True, False):
+        for got, want in zip(grads("neuron", reentrant), grads("cpu", reentrant)):
+            torch.testing.assert_close(got, want)
