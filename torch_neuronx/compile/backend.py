@@ -86,6 +86,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
     executable cache when it has the graph."""
     artifacts.preserve(f"fx_graphs/graph_{graph_id}_{kind}_aot.py", gm.print_readable(print_output=False))
     root = settings.cache_dir()
+    # Entered again here: a backward compiled lazily (cache disabled) runs outside _aot_compile.
     with cache.inductor_dir(root):
         if root is None:
             _, compiled, seeds = _build(gm, example_inputs, graph_id, kind)

@@ -5,14 +5,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-
-def _flag(name: str, default: bool) -> bool:
-    return os.environ.get(name, "1" if default else "0").strip().lower() in ("1", "true", "yes", "on")
+from ..runtime.topology import env_flag
 
 
 def cache_dir() -> Path | None:
     """The executable cache directory, or None when ``TORCH_NEURONX_DISABLE_NEFF_CACHE=1``."""
-    if _flag("TORCH_NEURONX_DISABLE_NEFF_CACHE", False):
+    if env_flag(os.environ, "TORCH_NEURONX_DISABLE_NEFF_CACHE"):
         return None
     configured = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
     if configured:
@@ -27,13 +25,13 @@ def fallback_execution(options: dict[str, Any] | None) -> bool:
     backend."""
     if options and "fallback_execution" in options:
         return bool(options["fallback_execution"])
-    return not _flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True)
+    return not env_flag(os.environ, "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True)
 
 
 def artifacts_dir() -> Path | None:
     """Where each stage's artifact goes (per process rank), or None unless
     ``TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1``."""
-    if not _flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", False):
+    if not env_flag(os.environ, "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS"):
         return None
     root = Path(os.environ.get("TORCH_NEURONX_DEBUG_DIR", "/tmp/neuron_backend"))
     return root / f"rank_{os.environ.get('RANK', '0')}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .. import _C
+from ..runtime.topology import env_flag
 from .lowering_table import BOOL_INDEX_SYNC_OPS, LOWERINGS
 
 
@@ -14,17 +15,14 @@ def register_lowerings() -> None:
                                entry.op in BOOL_INDEX_SYNC_OPS)
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
-
-
 def apply_policies_from_env() -> None:
     """``TORCH_NEURONX_STRICT_FALLBACK=1``: CPU fallbacks raise instead of running.
     ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``: a device kernel that fails is reported
     instead of being retried on the CPU. ``TORCH_NEURONX_INJECT_FAULT=op[:count][,op[:count]]``:
     inject kernel faults (testing the error paths of an application)."""
-    _C._set_strict_fallback(_flag("TORCH_NEURONX_STRICT_FALLBACK"))
-    _C._set_retry_failed_kernels_on_cpu(not _flag("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
+    _C._set_strict_fallback(env_flag(os.environ, "TORCH_NEURONX_STRICT_FALLBACK"))
+    only_unimplemented = env_flag(os.environ, "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS")
+    _C._set_retry_failed_kernels_on_cpu(not only_unimplemented)
     for spec in filter(None, os.environ.get("TORCH_NEURONX_INJECT_FAULT", "").split(",")):
         op, _, count = spec.strip().rpartition(":")
         if not count.isdigit():  # no count given: "aten::mul.Tensor"

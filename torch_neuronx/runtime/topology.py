@@ -53,9 +53,9 @@ class Topology:
         return self.chip.physical_cores // self.logical_nc_config
 
 
-def env_flag(env: Mapping[str, str], name: str) -> bool:
-    """A boolean environment variable: 1/true/yes/on."""
-    return env.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+def env_flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """A boolean environment variable: 1/true/yes/on; ``default`` when unset."""
+    return env.get(name, "1" if default else "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _int(env: dict[str, str], name: str, default: int) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import traceback
 import warnings
@@ -351,7 +352,7 @@ def _worker(args):
     key, dtype_names, max_samples, grad, expectations_path = args
     t0 = time.perf_counter()
     from torch_neuronx import _C
-    from torch_neuronx.ops.registration import _flag
+    from torch_neuronx.runtime.topology import env_flag
     # A device kernel that fails must show up as an error, not as a silent retry on the CPU;
     # afterwards the process gets its policy back (the environment is its only other source).
     _C._set_retry_failed_kernels_on_cpu(False)
@@ -363,7 +364,8 @@ def _worker(args):
                  "message": "runner: " + traceback.format_exc(limit=2).replace("\n", " ")[-300:],
                  "raw_outcome": "error", "seconds": 0.0}]
     finally:
-        _C._set_retry_failed_kernels_on_cpu(not _flag("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
+        _C._set_retry_failed_kernels_on_cpu(
+            not env_flag(os.environ, "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS"))
     return key, rows, time.perf_counter() - t0
 
 
