@@ -1,6 +1,11 @@
 """Shared comparison helpers for the neuron differential tests (CPU is the reference)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 from torch.utils._pytree import tree_flatten
@@ -147,3 +152,23 @@ def check_grad_twice(fn, *cpu_args, atol=None, rtol=None, check_stride=True, see
     for dout, dgrads in results:
         assert_same(cpu_grads, dgrads, atol=atol, rtol=rtol, check_stride=check_stride)
     return out, cpu_grads, results
+
+
+_OUR_VARS = ("NEURON_", "TORCH_NEURONX_")
+
+
+def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python process whose backend settings are only ``env``."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_VARS)}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
+                          capture_output=True, text=True, timeout=180)
+
+
+def drain_errors() -> None:
+    """Synchronize every core, dropping deferred kernel errors."""
+    for i in range(torch.neuron.device_count()):
+        try:
+            torch.neuron.synchronize(i)
+        except RuntimeError:
+            pass

@@ -16,6 +16,7 @@ Nanos now_ns() {
 
 namespace {
 std::atomic<KernelObserver> kernel_observer{nullptr};
+std::atomic<IdleRelease> idle_release{nullptr};
 thread_local bool tls_worker = false;
 }
 
@@ -23,8 +24,10 @@ bool on_worker_thread() { return tls_worker; }
 
 void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; }
 
-HardwareQueue::HardwareQueue(int device, size_t max_inflight)
-    : device_(device), max_inflight_(max_inflight) {
+void set_idle_release(IdleRelease release) { idle_release = release; }
+
+HardwareQueue::HardwareQueue(int device, size_t max_inflight, bool inline_kernels)
+    : device_(device), max_inflight_(max_inflight), inline_kernels_(inline_kernels) {
   streams_.push_back(Stream{0});  // stream 0: the default stream
   worker_ = std::thread([this] { run(); });
 }
@@ -92,6 +95,21 @@ uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo 
 }
 
 void HardwareQueue::record(int stream, const std::shared_ptr<Event>& event) {
+  bool reached = false;
+  {
+    // An idle core reaches the marker at once (as its worker would right away): complete it here.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (inline_kernels_ && pending_ == 0) {
+      const uint64_t version = ++event->recorded;
+      event->timestamp = now_ns();
+      event->completed = version;
+      reached = true;
+    }
+  }
+  if (reached) {
+    Runtime::get().notify_all_queues();
+    return;
+  }
   Item item;
   item.record_event = event;
   item.record_version = ++event->recorded;
@@ -101,6 +119,7 @@ void HardwareQueue::record(int stream, const std::shared_ptr<Event>& event) {
 void HardwareQueue::wait(int stream, const std::shared_ptr<Event>& event) {
   const uint64_t version = event->recorded.load();
   if (version == 0) return;  // never recorded: nothing to wait for (CUDA semantics)
+  if (event->completed.load() >= version) return;  // nothing to wait for either
   Item item;
   item.wait_event = event;
   item.wait_version = version;
@@ -109,6 +128,7 @@ void HardwareQueue::wait(int stream, const std::shared_ptr<Event>& event) {
 
 int HardwareQueue::pick_locked() const {
   int best = -1;
+  if (inline_) return best;  // a host thread has the core
   for (int i = 0; i < static_cast<int>(streams_.size()); ++i) {
     const Stream& s = streams_[i];
     if (s.items.empty()) continue;
@@ -126,9 +146,10 @@ int HardwareQueue::pick_locked() const {
   return best;
 }
 
-void HardwareQueue::store_error(const Item& item, std::exception_ptr error) {
-  if (item.capture) {
-    *item.capture = error;
+void HardwareQueue::store_error(const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture,
+                                std::exception_ptr error) {
+  if (capture) {
+    *capture = error;
     return;
   }
   std::string what;
@@ -142,15 +163,15 @@ void HardwareQueue::store_error(const Item& item, std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(error_mu_);
   if (error_) return;  // the earliest error wins
   std::ostringstream msg;
-  msg << "neuron:" << device_ << ": device kernel '" << item.info.name
+  msg << "neuron:" << device_ << ": device kernel '" << info.name
       << "' failed: " << what
       << "\nDevice errors are reported at the next synchronization point, so the Python line "
          "above may not be the one that launched the kernel. Set NEURON_LAUNCH_BLOCKING=1 to "
          "raise at the launching operation";
-  if (item.info.launch_stack.empty())
+  if (info.launch_stack.empty())
     msg << ", or TORCH_NEURONX_ENABLE_STACK_TRACE=1 to record the launching Python stack.";
   else
-    msg << ".\nKernel launched from (most recent call last):\n" << item.info.launch_stack;
+    msg << ".\nKernel launched from (most recent call last):\n" << info.launch_stack;
   error_ = msg.str();
 }
 
@@ -171,13 +192,23 @@ void HardwareQueue::run() {
           std::this_thread::yield();
         lock.lock();
         sleeping_ = true;
-        work_cv_.wait(lock, [&] { return stop_ || pick_locked() >= 0; });
+        work_cv_.wait(lock, [&] { return stop_ || pick_locked() >= 0 || (release_requested_ && worker_warm_); });
         sleeping_ = false;
+        if (!stop_ && pick_locked() < 0) {  // woken to release the compute threads
+          lock.unlock();
+          if (IdleRelease release = idle_release.load()) release();
+          lock.lock();
+          release_requested_ = worker_warm_ = false;
+          lock.unlock();
+          done_cv_.notify_all();
+          continue;
+        }
       }
       if (stop_) return;
       stream = pick_locked();
       item = std::move(streams_[stream].items.front());
       streams_[stream].items.pop_front();
+      running_ = true;
     }
     if (item.fn) {
       const KernelObserver observer = kernel_observer.load();
@@ -185,7 +216,7 @@ void HardwareQueue::run() {
       try {
         item.fn();
       } catch (...) {
-        store_error(item, std::current_exception());
+        store_error(item.info, item.capture, std::current_exception());
       }
       if (observer) observer(device_, stream, item.info, start, now_ns());
     }
@@ -200,13 +231,79 @@ void HardwareQueue::run() {
       s.completed++;
       s.last_seq_done = item.seq;
       pending_--;
+      running_ = false;
       // The kernel's captures may own the last reference to objects whose release needs the
       // launching thread's interpreter: launching threads destroy them (see drain_retired).
-      if (item.fn) retired_.push_back(std::move(item.fn));
+      if (item.fn) {
+        retired_.push_back(std::move(item.fn));
+        worker_warm_ = true;
+        host_compute_ = false;
+        kernels_on_worker_++;
+      }
       if (waiters_ == 0) continue;
     }
     done_cv_.notify_all();
   }
+}
+
+uint64_t HardwareQueue::begin_inline(int stream, HostWork work) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!inline_kernels_ || work == HostWork::kNever) return 0;
+  if (work == HostWork::kClaim) {
+    // Wait for the queued kernels (a graph holds the interpreter lock while it computes, so
+    // queueing it behind them would gain little) and for the worker to release its compute
+    // threads. Not for a stream blocked on an event: the host may be the one to record it.
+    waiters_++;
+    done_cv_.wait(lock, [&] {
+      if (pending_ == 0 && !inline_ && worker_warm_ && !release_requested_) {
+        release_requested_ = true;
+        generation_++;  // ends the worker's watch for launches
+        if (sleeping_) work_cv_.notify_one();
+      }
+      const bool blocked = pending_ > 0 && !running_ && !inline_ && pick_locked() < 0;
+      return blocked || (pending_ == 0 && !inline_ && !worker_warm_);
+    });
+    waiters_--;
+  }
+  if (pending_ != 0 || inline_) return 0;
+  if (work == HostWork::kFollow && !host_compute_) return 0;
+  if (work == HostWork::kClaim) host_compute_ = true;
+  Stream& s = streams_.at(stream);
+  inline_ = true;
+  s.enqueued++;
+  pending_++;
+  return next_seq_++;
+}
+
+void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<void()>& fn,
+                                  const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture) {
+  const KernelObserver observer = kernel_observer.load();
+  const Nanos start = observer ? now_ns() : 0;
+  try {
+    fn();
+  } catch (...) {
+    store_error(info, capture, std::current_exception());
+  }
+  if (observer) observer(device_, stream, info, start, now_ns());
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stream& s = streams_[stream];
+    s.completed++;
+    s.last_seq_done = seq;
+    pending_--;
+    inline_ = false;
+    kernels_on_host_++;
+    wake = sleeping_ && pending_ > 0;  // launches from other threads waited for the core
+    generation_++;
+  }
+  if (wake) work_cv_.notify_one();
+  done_cv_.notify_all();
+}
+
+std::pair<uint64_t, uint64_t> HardwareQueue::kernel_counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {kernels_on_worker_, kernels_on_host_};
 }
 
 void HardwareQueue::notify() {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace neuron_rt {
@@ -53,11 +54,29 @@ void set_kernel_observer(KernelObserver observer);
 // Whether the calling thread is a core's worker (the thread that executes kernels).
 bool on_worker_thread();
 
+// Run by a worker before it sleeps, when a host thread asked it to (see `begin_inline`): frees
+// the worker's compute threads, which would otherwise compete with the host thread's.
+using IdleRelease = void (*)();
+void set_idle_release(IdleRelease release);
+
+// Which kernels may run on the launching thread when the core is idle, saving the hand-off to
+// the worker. Parallel kernels use the compute threads of the thread that runs them, and two
+// sets of compute threads slow each other down, so the worker's and a host thread's are not
+// used side by side: compute stays where the last parallel kernel ran (see set_idle_release).
+enum class HostWork {
+  kNever,
+  kSerial,  // a kernel the host waits for anyway, run on one thread: always
+  kFollow,  // when the last parallel kernel ran on a host thread (eager ops between graphs)
+  kClaim,   // takes the compute threads, after the queued kernels; the worker releases its own
+            // first (compiled graphs)
+};
+
 class HardwareQueue {
  public:
   // `thread_init` runs first on the worker thread (the shim sizes its compute threads there).
   // `max_inflight`: launches beyond this many pending kernels wait for the queue to drain.
-  HardwareQueue(int device, size_t max_inflight);
+  // `inline_kernels`: whether `begin_inline` may accept kernels at all.
+  HardwareQueue(int device, size_t max_inflight, bool inline_kernels);
   ~HardwareQueue();
 
   int create_stream(int priority);
@@ -75,6 +94,18 @@ class HardwareQueue {
   void synchronize_stream(int stream);
   void synchronize();                          // every stream of this core
   void wait_event(const Event& event);
+
+  // A kernel run on the calling thread instead of the worker: `begin_inline` reserves the core
+  // when nothing is queued or running (kClaim waits for that) and `work` may run there now,
+  // returning the kernel's sequence number (0: refused, launch instead); `finish_inline` runs
+  // the kernel as the stream's next and frees the core. Its error is deferred as a queued
+  // kernel's (or goes to `capture`).
+  uint64_t begin_inline(int stream, HostWork work);
+  void finish_inline(int stream, uint64_t seq, const std::function<void()>& fn, const LaunchInfo& info,
+                     const std::shared_ptr<std::exception_ptr>& capture = nullptr);
+
+  // Kernels executed so far: (by the worker, on launching threads).
+  std::pair<uint64_t, uint64_t> kernel_counts() const;
 
   // Re-raise (and clear) the earliest stored kernel error, if any.
   void raise_pending_error();
@@ -105,7 +136,8 @@ class HardwareQueue {
   uint64_t push(int stream, Item item);
   int pick_locked() const;
   void run();
-  void store_error(const Item& item, std::exception_ptr error);
+  void store_error(const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture,
+                   std::exception_ptr error);
 
   const int device_;
   mutable std::mutex mu_;
@@ -114,9 +146,16 @@ class HardwareQueue {
   std::vector<std::function<void()>> retired_;  // executed kernel bodies awaiting destruction
   uint64_t next_seq_ = 1;
   const size_t max_inflight_;
+  const bool inline_kernels_;
   size_t pending_ = 0;
   bool stop_ = false;
   bool sleeping_ = false;                 // the worker waits on work_cv_
+  bool running_ = false;                  // the worker executes an item
+  bool inline_ = false;                   // a host thread runs a kernel (begin_inline)
+  bool worker_warm_ = false;              // the worker ran a kernel since it last released
+  bool host_compute_ = false;             // the last parallel kernel ran on a host thread
+  uint64_t kernels_on_worker_ = 0, kernels_on_host_ = 0;
+  bool release_requested_ = false;        // a host thread wants the worker released
   std::atomic<uint64_t> generation_{0};   // bumped by every launch and wake-up
   static constexpr Nanos kSpinNs = 50'000;
   int waiters_ = 0;

@@ -21,12 +21,14 @@ struct Topology {
   size_t hbm_bytes_per_core = 0;       // capacity of each core's pool
   bool launch_blocking = false;
   size_t max_inflight = 256;           // queue depth of each core
+  bool inline_kernels = true;          // idle cores run kernels on the launching thread
 };
 
 // One visible logical NeuronCore (`neuron:N`).
 struct Core {
   Core(int index, const Topology& topology)
-      : pool(index, topology.hbm_bytes_per_core), queue(index, topology.max_inflight) {}
+      : pool(index, topology.hbm_bytes_per_core),
+        queue(index, topology.max_inflight, topology.inline_kernels) {}
   HbmPool pool;
   HardwareQueue queue;
 };

@@ -1,16 +1,75 @@
 #include "compiled_graph.h"
 
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
 #include <optional>
 
 #include "device.h"
+#include "kernel_object.h"
 
 namespace py = pybind11;
 
 namespace torch_neuronx {
 namespace {
+
+// The allocations of the compiled graph running on this thread: the device buffer (host alias)
+// each allocation position computes in, if any, and with `made` every allocation (recording).
+struct GraphAllocations {
+  const std::vector<at::Tensor>& given;
+  std::vector<at::Tensor>* made = nullptr;
+  size_t count = 0;
+};
+thread_local GraphAllocations* tls_allocations = nullptr;
+
+// Runs a compiled graph's generated code with `allocations` as its allocator's state.
+py::object run_generated(const py::object& compiled, py::list hosts, GraphAllocations& allocations) {
+  struct Scope {
+    explicit Scope(GraphAllocations* a) { tls_allocations = a; }
+    ~Scope() { tls_allocations = nullptr; }
+  } scope(&allocations);
+  return compiled(std::move(hosts));  // the boxed call empties the list
+}
+
+std::vector<int64_t> int_tuple(PyObject* obj) {
+  TORCH_CHECK(PyTuple_Check(obj) || PyList_Check(obj), "empty_strided_cpu: sizes and strides must be tuples");
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+  std::vector<int64_t> values(n);
+  for (Py_ssize_t i = 0; i < n; ++i) values[i] = THPUtils_unpackLong(PySequence_Fast_GET_ITEM(obj, i));
+  return values;
+}
+
+// The generated code's CPU allocator (`empty_strided_cpu(size, stride, dtype)`), as seen from a
+// neuron kernel: allocation k is the device buffer given for it, or a CPU allocation; outside a
+// kernel, the plain CPU allocation. Called per buffer of every graph call: raw CPython API.
+PyObject* graph_allocate(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  TORCH_CHECK(nargs == 3 && THPDtype_Check(args[2]), "empty_strided_cpu(size, stride, dtype)");
+  const auto size = int_tuple(args[0]);
+  const auto stride = int_tuple(args[1]);
+  const auto dtype = reinterpret_cast<THPDtype*>(args[2])->scalar_type;
+  GraphAllocations* state = tls_allocations;
+  at::Tensor buffer;
+  if (state && state->count < state->given.size() && state->given[state->count].defined()) {
+    buffer = state->given[state->count];
+    TORCH_CHECK(buffer.scalar_type() == dtype && buffer.sizes() == c10::IntArrayRef(size) &&
+                    buffer.strides() == c10::IntArrayRef(stride),
+                "compiled graph: allocation ", state->count, " is ", c10::IntArrayRef(size), ", ",
+                c10::IntArrayRef(stride), ", ", dtype, ", but its first call made it ", buffer.sizes(),
+                ", ", buffer.strides(), ", ", buffer.scalar_type());
+  } else {
+    buffer = at::detail::empty_strided_cpu(size, stride, dtype);
+  }
+  if (state) {
+    state->count++;
+    if (state->made) state->made->push_back(buffer);
+  }
+  return THPVariable_Wrap(std::move(buffer));
+  END_HANDLE_TH_ERRORS
+}
 
 // Where an output's elements are, when the output is not its source tensor itself.
 struct View {
@@ -28,15 +87,32 @@ at::Tensor reinterpret(const at::Tensor& base, const View& view) {
   return at::Tensor(std::move(impl));
 }
 
-// How one call of a compiled graph produces its outputs on the device: the device buffers it
-// allocates (the generated code computes in them, or results are copied into them) and, per
-// output, a buffer, an input, a tensor on the memory of either, or a non-tensor value.
-class OutputPlan {
+// Host aliases of the device tensors among `values` (other values pass through).
+py::list host_values(const py::list& values, HostAliases& alias) {
+  py::list result(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyObject* v = values[i].ptr();
+    result[i] = THPVariable_Check(v) ? py::cast(alias(THPVariable_Unpack(v))) : values[i];
+  }
+  return result;
+}
+
+// A compiled graph after its first call: the generated code, and how a call produces its
+// outputs on the device — the device buffers it allocates (the generated code computes in
+// them, or results are copied into them) and, per output, a buffer, an input, a tensor on the
+// memory of either, or a non-tensor value.
+class CompiledGraph {
  public:
   // `outputs`: per output (source, index, view, value), source "buffer", "input" or "value";
   // view None (the source itself) or (sizes, strides, storage offset, dtype).
-  OutputPlan(std::vector<at::Tensor> buffer_specs, const py::list& outputs)
-      : buffer_specs_(std::move(buffer_specs)) {
+  // `buffer_of_allocation`: allocation position -> the buffer it computes in; `copies`:
+  // (result, buffer it is copied into).
+  CompiledGraph(py::object compiled, std::string name, std::vector<at::Tensor> buffer_specs,
+                const py::list& outputs, const std::map<int, int>& buffer_of_allocation,
+                std::vector<std::pair<int, int>> copies)
+      : code_(std::make_shared<Code>(std::move(compiled), std::move(name), buffer_of_allocation,
+                                     std::move(copies))),
+        buffer_specs_(std::move(buffer_specs)) {
     for (const auto& item : outputs) {
       const auto entry = item.cast<py::tuple>();
       const auto source = entry[0].cast<std::string>();
@@ -55,7 +131,7 @@ class OutputPlan {
   // are for the kernel: other tensors than the outputs, on the same memory, so that a queued
   // kernel does not add a reference to an output (autograd steals a gradient only when nothing
   // else references it, and clones it otherwise).
-  py::tuple make(const py::list& inputs, int device) const {
+  std::pair<py::list, std::vector<at::Tensor>> make(const py::list& inputs, int device) const {
     const c10::Device target(kNeuron, static_cast<c10::DeviceIndex>(device));
     std::vector<at::Tensor> buffers;
     buffers.reserve(buffer_specs_.size());
@@ -74,10 +150,59 @@ class OutputPlan {
       }
     }
     for (at::Tensor& b : buffers) b = snapshot(b);
-    return py::make_tuple(outputs, py::cast(buffers));
+    return {std::move(outputs), std::move(buffers)};
+  }
+
+  // One call on `device`: its outputs. The kernel runs on the calling thread when the core is
+  // idle, with the compute threads (HostWork::kClaim), else it is queued.
+  py::list call(const py::list& inputs, int device) const {
+    auto [outputs, buffers] = make(inputs, device);
+    std::function<void()> kernel = [code = code_, inputs = std::make_shared<KernelObject>(inputs),
+                                    buffers = std::move(buffers)] {
+      py::gil_scoped_acquire gil;
+      try {
+        code->run(py::reinterpret_borrow<py::list>(inputs->object), buffers);
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error(e.what());
+      }
+    };
+    py::gil_scoped_release nogil;
+    launch(static_cast<c10::DeviceIndex>(device), std::move(kernel), code_->name, neuron_rt::HostWork::kClaim);
+    return outputs;
   }
 
  private:
+  // What a queued kernel needs after the executable may be gone.
+  struct Code {
+    Code(py::object compiled, std::string name, const std::map<int, int>& buffer_of_allocation,
+         std::vector<std::pair<int, int>> copies)
+        : compiled(std::move(compiled)), name(std::move(name)), copies(std::move(copies)) {
+      for (const auto& [k, b] : buffer_of_allocation) {
+        if (static_cast<size_t>(k) >= buffer_of_allocation_.size()) buffer_of_allocation_.resize(k + 1, -1);
+        buffer_of_allocation_[k] = b;
+      }
+    }
+
+    // On the core (holding the interpreter lock): the generated code on host aliases,
+    // computing in the call's buffers.
+    void run(const py::list& inputs, const std::vector<at::Tensor>& buffers) const {
+      HostAliases alias;
+      py::list hosts = host_values(inputs, alias);
+      std::vector<at::Tensor> given(buffer_of_allocation_.size());
+      for (size_t k = 0; k < given.size(); ++k)
+        if (buffer_of_allocation_[k] >= 0) given[k] = alias(buffers[buffer_of_allocation_[k]]);
+      GraphAllocations allocations{given};
+      const py::object results = run_generated(compiled.object, std::move(hosts), allocations);
+      for (const auto& [i, b] : copies)
+        alias(buffers[b]).copy_(THPVariable_Unpack(py::sequence(results)[i].ptr()));
+    }
+
+    KernelObject compiled;
+    std::string name;
+    std::vector<std::pair<int, int>> copies;
+    std::vector<int> buffer_of_allocation_;  // per allocation position: its buffer, or -1
+  };
+
   enum Source { kBuffer, kInput, kValue };
   struct Output {
     Source source;
@@ -85,29 +210,40 @@ class OutputPlan {
     std::optional<View> view;
     py::object value;
   };
+  std::shared_ptr<const Code> code_;
   std::vector<at::Tensor> buffer_specs_;  // meta tensors
   std::vector<Output> outputs_;
 };
 
-// Host aliases of the device tensors in `values` (other values pass through), sharing one CPU
-// storage per device storage so the compiled code sees arguments that alias as aliasing.
-py::list host_aliases(const py::list& values) {
-  HostAliases alias;
-  py::list result(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    PyObject* v = values[i].ptr();
-    result[i] = THPVariable_Check(v) ? py::cast(alias(THPVariable_Unpack(v))) : values[i];
-  }
-  return result;
+// The first call of a compiled graph (on the core): its results and every allocation it made.
+py::tuple record(const py::object& compiled, const py::list& hosts) {
+  const std::vector<at::Tensor> none;
+  std::vector<at::Tensor> made;
+  GraphAllocations allocations{none, &made};
+  py::object results = run_generated(compiled, hosts, allocations);
+  return py::make_tuple(results, py::cast(made));
 }
+
+PyMethodDef allocate_def = {"_graph_allocate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(graph_allocate)),
+                            METH_FASTCALL, "empty_strided_cpu of compiled graphs running on a neuron core"};
 
 }  // namespace
 
 void bind_compiled_graph(py::module_& m) {
-  py::class_<OutputPlan>(m, "_OutputPlan")
-      .def(py::init<std::vector<at::Tensor>, const py::list&>())
-      .def("make", &OutputPlan::make);
-  m.def("_host_aliases", &host_aliases);
+  py::class_<CompiledGraph>(m, "_CompiledGraph")
+      .def(py::init<py::object, std::string, std::vector<at::Tensor>, const py::list&,
+                    const std::map<int, int>&, std::vector<std::pair<int, int>>>())
+      .def("make", [](const CompiledGraph& g, const py::list& inputs, int device) {
+        auto [outputs, buffers] = g.make(inputs, device);
+        return py::make_tuple(outputs, py::cast(buffers));
+      })
+      .def("__call__", &CompiledGraph::call);
+  m.def("_record_compiled_graph", &record);
+  m.def("_host_aliases", [](const py::list& values) {
+    HostAliases alias;
+    return host_values(values, alias);
+  });
+  m.add_object("_graph_allocate", py::reinterpret_steal<py::object>(PyCFunction_New(&allocate_def, nullptr)));
 }
 
 }  // namespace torch_neuronx

@@ -1,5 +1,6 @@
-// Per-call helpers of compiled graphs (torch_neuronx/compile/executable.py): a graph returns
-// tens of tensors per call, and these batch what would otherwise be one Python call each.
+// Compiled graphs' calls (torch_neuronx/compile/executable.py): after the first call, a graph
+// call — its device buffers and outputs, the kernel, the generated code's allocator — runs in
+// C++: a graph returns tens of tensors and allocates tens of buffers per call.
 #pragma once
 
 #include <torch/extension.h>

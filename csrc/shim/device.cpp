@@ -74,15 +74,21 @@ void raise_pending_error(neuron_rt::Core& c) {
 // TinyGPT graphs ran 2x slower). A host thread waiting for a core has no use for its team, so it
 // releases it (omp_pause_resource_all); its next parallel CPU op re-creates it. Other OpenMP
 // runtimes than libgomp are left alone.
-void release_host_openmp_threads() {
+static void pause_openmp_threads() {
   using Pause = int (*)(int);
   static const Pause pause = [] {
     void* gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
     return gomp ? reinterpret_cast<Pause>(dlsym(gomp, "omp_pause_resource_all")) : nullptr;
   }();
   constexpr int kPauseSoft = 1;  // omp_pause_soft
-  if (pause && !neuron_rt::on_worker_thread()) pause(kPauseSoft);
+  if (pause) pause(kPauseSoft);
 }
+
+void release_host_openmp_threads() {
+  if (!neuron_rt::on_worker_thread()) pause_openmp_threads();
+}
+
+void release_worker_openmp_threads() { pause_openmp_threads(); }
 
 void synchronize_stream(const c10::Stream& stream) {
   release_host_openmp_threads();
@@ -115,31 +121,43 @@ std::string launch_stack() {
   }
 }
 
+// Runs `fn` on the calling thread as kernel `seq` of `stream`, which begin_inline reserved.
+static void run_inline(neuron_rt::Core& c, c10::DeviceIndex device, int stream, uint64_t seq,
+                       const std::function<void()>& fn, std::string name,
+                       const std::shared_ptr<std::exception_ptr>& error) {
+  const uint64_t token = profiler::on_launch(device);
+  const neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
+  profiler::on_enqueued(token);
+  c.queue.finish_inline(stream, seq, fn, info, error);
+}
+
 static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::string name,
-                        bool wait) {
+                        bool wait, neuron_rt::HostWork host) {
   auto& c = core(device);
   const int stream = static_cast<int>(current_stream(device).id());
-  const uint64_t token = profiler::on_launch(device);
-  neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
-  if (!wait && !neuron_rt::Runtime::get().topology().launch_blocking) {
-    c.queue.launch(stream, std::move(fn), std::move(info));
+  const bool blocking = wait || neuron_rt::Runtime::get().topology().launch_blocking;
+  auto error = blocking ? std::make_shared<std::exception_ptr>() : nullptr;
+  if (const uint64_t reserved = c.queue.begin_inline(stream, host)) {
+    run_inline(c, device, stream, reserved, fn, std::move(name), error);
+  } else {
+    const uint64_t token = profiler::on_launch(device);
+    neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
+    const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
     profiler::on_enqueued(token);
-    return;
+    if (!blocking) return;
+    release_host_openmp_threads();
+    c.queue.wait_item(stream, seq);
   }
-  auto error = std::make_shared<std::exception_ptr>();
-  const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
-  profiler::on_enqueued(token);
-  release_host_openmp_threads();
-  c.queue.wait_item(stream, seq);
-  if (*error) std::rethrow_exception(*error);
+  if (error && *error) std::rethrow_exception(*error);
 }
 
-void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name) {
-  launch_impl(device, std::move(fn), std::move(name), false);
+void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name, neuron_rt::HostWork host) {
+  launch_impl(device, std::move(fn), std::move(name), false, host);
 }
 
-void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name) {
-  launch_impl(device, std::move(fn), std::move(name), true);
+void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,
+                     neuron_rt::HostWork host) {
+  launch_impl(device, std::move(fn), std::move(name), true, host);
 }
 
 at::Tensor snapshot(const at::Tensor& t) {

@@ -35,10 +35,17 @@ void raise_pending_error(neuron_rt::Core& core);
 // threads (see device.cpp), so kernels on the core's worker run at full speed.
 void release_host_openmp_threads();
 
-// Launch a kernel on the current stream of `device`. Honors NEURON_LAUNCH_BLOCKING.
-void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name);
+// The worker's counterpart, run when a host thread claims the compute threads (HostWork::kClaim).
+void release_worker_openmp_threads();
+
+// Launch a kernel on the current stream of `device`. Honors NEURON_LAUNCH_BLOCKING. `host`: when
+// the kernel may run on the calling thread instead, if the core is idle — the same order and
+// deferred errors, without the hand-off to the worker.
+void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name,
+            neuron_rt::HostWork host = neuron_rt::HostWork::kNever);
 // Launch and wait for that kernel; its exception is rethrown here rather than deferred.
-void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name);
+void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,
+                     neuron_rt::HostWork host = neuron_rt::HostWork::kNever);
 
 // The launching Python stack, when TORCH_NEURONX_ENABLE_STACK_TRACE=1 (else empty).
 std::string launch_stack();

@@ -5,6 +5,7 @@
 #include "compiled_graph.h"
 #include "device.h"
 #include "generator.h"
+#include "kernel_object.h"
 #include "native_kernel.h"
 #include "op_tracking.h"
 #include "profiler.h"
@@ -16,7 +17,7 @@ namespace {
 
 void configure(const std::string& generation, int logical_nc_config, int num_chips,
                const std::vector<int>& visible_cores, size_t hbm_bytes_per_core,
-               bool launch_blocking, bool capture_stack, size_t max_inflight) {
+               bool launch_blocking, bool capture_stack, size_t max_inflight, bool inline_kernels) {
   neuron_rt::Topology t;
   t.generation = generation;
   t.logical_nc_config = logical_nc_config;
@@ -25,6 +26,7 @@ void configure(const std::string& generation, int logical_nc_config, int num_chi
   t.hbm_bytes_per_core = hbm_bytes_per_core;
   t.launch_blocking = launch_blocking;
   t.max_inflight = std::max<size_t>(1, max_inflight);
+  t.inline_kernels = inline_kernels;
   try {
     neuron_rt::Runtime::get().configure(std::move(t));
   } catch (const std::runtime_error& e) {
@@ -33,25 +35,14 @@ void configure(const std::string& generation, int logical_nc_config, int num_chi
   set_capture_stack(capture_stack);
 }
 
-// A Python callable owned by a queued kernel. Kernels are destroyed by whichever thread drains
-// the queue, holding the interpreter lock or not, so the release takes it.
-struct PyCallable {
-  explicit PyCallable(py::object f) : fn(std::move(f)) {}
-  ~PyCallable() {
-    py::gil_scoped_acquire gil;
-    fn = py::object();
-  }
-  py::object fn;
-};
-
 // Runs a Python function as a kernel on the current stream of `device` (kernel-language
 // kernels). Its exception becomes the kernel's error: deferred, or raised here when `wait`.
 void launch_python_kernel(int device, py::object fn, const std::string& name, bool wait) {
-  auto callable = std::make_shared<PyCallable>(std::move(fn));
+  auto callable = std::make_shared<KernelObject>(std::move(fn));
   auto body = [callable] {
     py::gil_scoped_acquire gil;
     try {
-      callable->fn();
+      callable->object();
     } catch (py::error_already_set& e) {
       throw std::runtime_error(e.what());
     }
@@ -89,6 +80,8 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_launch_python_kernel", &launch_python_kernel);
+  m.def("_kernel_counts", [](int device) { return core(device).queue.kernel_counts(); });
+  neuron_rt::set_idle_release(&release_worker_openmp_threads);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
   m.def("_register_native_op", &register_native_op);

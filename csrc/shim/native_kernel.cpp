@@ -475,7 +475,9 @@ class NativeKernel final : public c10::OperatorKernel {
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : snapshot(outputs[j]));
     for (auto& arg : args) arg = snapshot(arg);
     const profiler::LaunchArgs described(args, outputs);
-    launch(device,
+    // Fault injection's tests expect the worker to raise the fault.
+    const auto host = faults_.load() > 0 ? neuron_rt::HostWork::kNever : neuron_rt::HostWork::kFollow;
+    std::function<void()> kernel =
            [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
              maybe_fault();
              HostAliases alias;
@@ -488,8 +490,8 @@ class NativeKernel final : public c10::OperatorKernel {
              call_host(op, s, device);
              for (size_t j = 0; j < fresh.size(); ++j)
                if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
-           },
-           name_);
+           };
+    launch(device, std::move(kernel), name_, host);
     for (auto& out : outputs) stack->push_back(std::move(out));
   }
 

@@ -128,10 +128,13 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (src.is_cpu()) {
     auto staging = src.clone();
     launch(dst.device().index(), [dst = snapshot(dst), staging] { host_alias(dst).copy_(staging); },
-           "aten::_copy_from (host to device)");
+           "aten::_copy_from (host to device)", neuron_rt::HostWork::kFollow);
   } else if (dst.is_cpu()) {
     const auto device = src.device().index();
-    launch_and_wait(device, [&] { dst.copy_(host_alias(src)); }, "aten::_copy_from (device to host)");
+    // Below ATen's parallel grain the copy runs on one thread: on an idle core, right here.
+    const auto host = dst.numel() <= at::internal::GRAIN_SIZE ? neuron_rt::HostWork::kSerial
+                                                               : neuron_rt::HostWork::kFollow;
+    launch_and_wait(device, [&] { dst.copy_(host_alias(src)); }, "aten::_copy_from (device to host)", host);
     raise_pending_error(core(device));
   } else if (src.device() == dst.device()) {
     launch(dst.device().index(),
@@ -139,7 +142,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
              HostAliases alias;
              alias(dst).copy_(alias(src));
            },
-           "aten::_copy_from (device to device)");
+           "aten::_copy_from (device to device)", neuron_rt::HostWork::kFollow);
   } else {
     // Core to core: the source core must have produced the data before the target reads it.
     synchronize_device(src.device().index());
@@ -171,7 +174,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   const auto device = self.device().index();
   at::Scalar value;
   launch_and_wait(device, [&] { value = at::_local_scalar_dense(host_alias(self)); },
-                  "aten::_local_scalar_dense");
+                  "aten::_local_scalar_dense", neuron_rt::HostWork::kSerial);
   raise_pending_error(core(device));
   return value;
 }

@@ -6,35 +6,14 @@ where the earliest one is raised once.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 import torch_neuronx
+from helpers import drain_errors, run_py
 from torch_neuronx.runtime import inject_fault
-
-_OUR_VARS = ("NEURON_", "TORCH_NEURONX_")
-
-
-def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_VARS)}
-    full.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
-                          capture_output=True, text=True, timeout=180)
-
-
-def drain_errors():
-    for i in range(torch.neuron.device_count()):
-        try:
-            torch.neuron.synchronize(i)
-        except RuntimeError:
-            pass
-
 
 @pytest.fixture(autouse=True)
 def clean_queues():

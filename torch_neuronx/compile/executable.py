@@ -12,7 +12,6 @@ is copied.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,37 +24,6 @@ from .. import _C
 from . import cache, cost, metrics, rng, settings
 
 KERNEL_PREFIX = "neuron::compiled_graph"  # how the profiler recognizes compiled graphs (docs/profiling.md)
-_running = threading.local()  # per core worker thread: the allocation state of the running kernel
-
-
-class _Allocations:
-    """The running kernel's buffer allocations: ``given`` maps an allocation's position to the
-    device buffer (host alias) it gets. With ``record``, every allocation is kept (the first call
-    learns from them; kept alive, no two share an address); otherwise the generated code frees
-    its intermediates as it goes, and their memory is reused as on the CPU."""
-
-    def __init__(self, given: dict[int, torch.Tensor], record: bool) -> None:
-        self.given = given
-        self.count = 0
-        self.made: list[torch.Tensor] | None = [] if record else None
-
-
-def _allocate(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """The generated code's CPU allocator (``empty_strided_cpu``), as seen from a neuron kernel;
-    outside one, the plain CPU allocation."""
-    state: _Allocations | None = getattr(_running, "allocations", None)
-    if state is None:
-        return torch._C._dynamo.guards._empty_strided_cpu(size, stride, dtype)
-    buffer = state.given.get(state.count)
-    if buffer is None:
-        buffer = torch._C._dynamo.guards._empty_strided_cpu(size, stride, dtype)
-    elif buffer.dtype != dtype or buffer.stride() != tuple(stride) or buffer.shape != tuple(size):
-        raise RuntimeError(f"compiled graph: allocation {state.count} is {tuple(size)}, {tuple(stride)}, "
-                           f"{dtype}, but its first call made it {_layout(buffer)}")
-    state.count += 1
-    if state.made is not None:
-        state.made.append(buffer)
-    return buffer
 
 
 def _layout(t: torch.Tensor) -> tuple[Any, ...]:
@@ -78,8 +46,9 @@ def _storage(t: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
-    """How a call produces its outputs, learned from the first call."""
-    outputs: _C._OutputPlan  # makes the outputs and device buffers of a call
+    """How a call produces its outputs, learned from the first call (see ``_C._CompiledGraph``)."""
+    buffer_specs: list[torch.Tensor]  # meta tensors: the device buffers a call allocates
+    outputs: list[tuple[Any, ...]]  # per output: (source, index, view, value)
     buffer_of_allocation: dict[int, int]  # allocation position -> device buffer it computes in
     copies: list[tuple[int, int]]  # (result, device buffer it is copied into)
 
@@ -114,7 +83,7 @@ def _learn(outputs: list[Any], made: list[torch.Tensor], hosts: list[Any], resul
             copies.append((i, len(specs)))
             entries.append(("buffer", len(specs), None, None))
             specs.append(_meta(spec))
-    return _Plan(_C._OutputPlan(specs, entries), buffer_of_allocation, copies)
+    return _Plan(specs, entries, buffer_of_allocation, copies)
 
 
 class Executable(OutputCode):
@@ -147,8 +116,8 @@ class Executable(OutputCode):
 
     def _bind(self, compiled: Callable[[list[Any]], Any], region: str) -> None:
         self.compiled = compiled
-        getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _allocate
-        self.plan: _Plan | None = None
+        getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _C._graph_allocate
+        self.graph: _C._CompiledGraph | None = None  # after the first call
         self.name = f"{region}_{self.kind}"
         cost.record(self.name, self.cost)  # its FLOPs and bytes, for the profiler's estimates
 
@@ -156,7 +125,7 @@ class Executable(OutputCode):
         if self.digest is None:
             from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
             raise BypassAOTAutogradCache("a neuron executable with constants is not cached")
-        return {k: v for k, v in self.__dict__.items() if k not in ("compiled", "plan", "name")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("compiled", "graph", "name")}
 
     def prepare_for_serialization(self) -> None:
         """Nothing to drop: ``__getstate__`` keeps only what a later process needs."""
@@ -177,26 +146,14 @@ class Executable(OutputCode):
         """No Triton kernels: the generated code is C++."""
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        device = next(a.device for a in args if isinstance(a, torch.Tensor))
         inputs = list(args)
+        args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
+        device = next(a.device for a in inputs if isinstance(a, torch.Tensor))
         if self.seeds:
             inputs.append(rng.draw_seeds(self.seeds, device))
-        args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
-        if self.plan is None:
+        if self.graph is None:
             return self._first_call(device.index, inputs)
-        outputs, buffers = self.plan.outputs.make(inputs, device.index)
-        self._launch(device.index, self.plan, inputs, buffers)
-        return outputs
-
-    def _run(self, hosts: list[Any], given: dict[int, torch.Tensor], record: bool = False
-             ) -> tuple[list[Any], list[torch.Tensor] | None]:
-        """Run the generated code on host tensors (on a core's worker): its results, and with
-        ``record`` its allocations."""
-        _running.allocations = allocations = _Allocations(given, record)
-        try:
-            return self.compiled(list(hosts)), allocations.made  # the boxed call empties its list
-        finally:
-            _running.allocations = None
+        return self.graph(inputs, device.index)
 
     def _first_call(self, device: int, inputs: list[Any]) -> list[Any]:
         """Run once with the generated code's own allocations and wait, learn where each result
@@ -206,11 +163,13 @@ class Executable(OutputCode):
 
         def kernel() -> None:
             ran["hosts"] = _C._host_aliases(inputs)
-            ran["results"], ran["made"] = self._run(ran["hosts"], {}, record=True)
+            ran["results"], ran["made"] = _C._record_compiled_graph(self.compiled, list(ran["hosts"]))
 
         _C._launch_python_kernel(device, kernel, self.name, True)
-        plan = self.plan = _learn(self.outputs, ran["made"], ran["hosts"], ran["results"])
-        outputs, buffers = plan.outputs.make(inputs, device)
+        plan = _learn(self.outputs, ran["made"], ran["hosts"], ran["results"])
+        self.graph = _C._CompiledGraph(self.compiled, self.name, plan.buffer_specs, plan.outputs,
+                                       plan.buffer_of_allocation, plan.copies)
+        outputs, buffers = self.graph.make(inputs, device)
 
         def fill() -> None:
             buffer_hosts = _C._host_aliases(buffers)
@@ -221,13 +180,3 @@ class Executable(OutputCode):
 
         _C._launch_python_kernel(device, fill, self.name, False)
         return outputs
-
-    def _launch(self, device: int, plan: _Plan, inputs: list[Any], buffers: list[torch.Tensor]) -> None:
-        def kernel() -> None:
-            aliases = _C._host_aliases(inputs + buffers)
-            hosts, buffer_hosts = aliases[:len(inputs)], aliases[len(inputs):]
-            results, _ = self._run(hosts, {k: buffer_hosts[b] for k, b in plan.buffer_of_allocation.items()})
-            for i, b in plan.copies:
-                buffer_hosts[b].copy_(results[i])
-
-        _C._launch_python_kernel(device, kernel, self.name, False)

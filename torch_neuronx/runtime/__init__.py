@@ -14,7 +14,8 @@ def configure(topology: Topology) -> None:
     global _topology
     _C._configure(topology.generation, topology.logical_nc_config, topology.num_chips,
                   list(topology.visible_cores), topology.hbm_bytes_per_core,
-                  topology.launch_blocking, topology.capture_stack, topology.max_inflight)
+                  topology.launch_blocking, topology.capture_stack, topology.max_inflight,
+                  topology.inline_kernels)
     _topology = topology
 
 
@@ -35,3 +36,12 @@ def inject_fault(op: str, count: int = 1) -> None:
     fail inside the kernel, as a hardware fault would. The error surfaces like any kernel error:
     at the next synchronization point (or at the op with ``NEURON_LAUNCH_BLOCKING=1``)."""
     _C._inject_fault(op, int(count))
+
+
+def kernel_counts(device: torch.types.Device = None) -> dict[str, int]:
+    """Kernels a core has executed so far: ``worker`` — by its worker thread, from the queue;
+    ``host`` — on the launching thread, because the core was idle (see docs/architecture.md,
+    "Kernels on an idle core"; ``TORCH_NEURONX_INLINE_KERNELS=0`` queues every kernel)."""
+    from ..neuron import _device_index
+    worker, host = _C._kernel_counts(_device_index(device))
+    return {"worker": worker, "host": host}

@@ -43,6 +43,7 @@ class Topology:
     launch_blocking: bool
     capture_stack: bool
     max_inflight: int = 256
+    inline_kernels: bool = True  # kernels may run on the launching thread when the core is idle
 
     @property
     def chip(self) -> ChipSpec:
@@ -120,4 +121,5 @@ def from_env(env: dict[str, str] | None = None) -> Topology:
     return Topology(generation, config, chips, cores, hbm,
                     launch_blocking=env_flag(env, "NEURON_LAUNCH_BLOCKING"),
                     capture_stack=env_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"),
-                    max_inflight=inflight)
+                    max_inflight=inflight,
+                    inline_kernels=env_flag(env, "TORCH_NEURONX_INLINE_KERNELS", True))
