@@ -1,13 +1,16 @@
 #include "compiled_graph.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
+#include <mutex>
 #include <optional>
 
+#include "allocator.h"
 #include "device.h"
 #include "kernel_object.h"
 
@@ -97,6 +100,61 @@ py::list host_values(const py::list& values, HostAliases& alias) {
   return result;
 }
 
+// Host aliases of a graph's device tensors (its inputs, then a call's buffers), kept from the
+// previous call for every tensor that is where it was — same memory, layout and dtype:
+// parameters and optimizer state stay, and the caching allocator often hands a step's buffers
+// the same blocks. An alias only names memory, so it serves any tensor with that address and
+// layout. Aliases share a CPU storage exactly where the device tensors share one.
+class AliasCache {
+ public:
+  std::vector<at::Tensor> of(const std::vector<at::Tensor>& tensors) {
+    std::lock_guard<std::mutex> lock(mu_);  // one graph may run on several cores at once
+    aliases_.resize(tensors.size());
+    std::vector<size_t> stale;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (!serves(aliases_[i], tensors[i])) stale.push_back(i);
+    if (!stale.empty()) {
+      std::vector<std::pair<const void*, c10::Storage>> storages;  // of the aliases kept
+      for (size_t i = 0, j = 0; i < tensors.size(); ++i) {
+        if (j < stale.size() && stale[j] == i) {
+          ++j;
+          continue;
+        }
+        if (aliases_[i].defined() && aliases_[i].storage().data())
+          storages.emplace_back(aliases_[i].storage().data(), aliases_[i].storage());
+      }
+      for (size_t i : stale) aliases_[i] = make_alias(tensors[i], storages);
+    }
+    return aliases_;
+  }
+
+ private:
+  static bool serves(const at::Tensor& alias, const at::Tensor& t) {
+    if (!t.defined() || !alias.defined()) return t.defined() == alias.defined();
+    return alias.storage().data() == t.storage().data() && alias.storage().nbytes() == t.storage().nbytes() &&
+           alias.scalar_type() == t.scalar_type() && alias.storage_offset() == t.storage_offset() &&
+           alias.sizes() == t.sizes() && alias.strides() == t.strides();
+  }
+
+  static at::Tensor make_alias(const at::Tensor& t, std::vector<std::pair<const void*, c10::Storage>>& storages) {
+    if (!t.defined()) return at::Tensor();
+    const void* data = t.storage().data();
+    for (const auto& [d, storage] : storages)
+      if (data && d == data && storage.nbytes() == t.storage().nbytes()) {
+        auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                         t.dtype());
+        impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+        return at::Tensor(std::move(impl));
+      }
+    at::Tensor alias = host_alias(t);
+    if (data) storages.emplace_back(data, alias.storage());
+    return alias;
+  }
+
+  std::mutex mu_;
+  std::vector<at::Tensor> aliases_;
+};
+
 // A compiled graph after its first call: the generated code, and how a call produces its
 // outputs on the device — the device buffers it allocates (the generated code computes in
 // them, or results are copied into them) and, per output, a buffer, an input, a tensor on the
@@ -132,11 +190,15 @@ class CompiledGraph {
   // kernel does not add a reference to an output (autograd steals a gradient only when nothing
   // else references it, and clones it otherwise).
   std::pair<py::list, std::vector<at::Tensor>> make(const py::list& inputs, int device) const {
-    const c10::Device target(kNeuron, static_cast<c10::DeviceIndex>(device));
     std::vector<at::Tensor> buffers;
     buffers.reserve(buffer_specs_.size());
-    for (const at::Tensor& s : buffer_specs_)
-      buffers.push_back(at::empty_strided(s.sizes(), s.strides(), s.options().device(target)));
+    {
+      const c10::DeviceGuard on(c10::Device(kNeuron, static_cast<c10::DeviceIndex>(device)));  // the allocator's
+      for (const at::Tensor& s : buffer_specs_)
+        buffers.push_back(at::detail::empty_strided_generic(s.sizes(), s.strides(), allocator(),
+                                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                            s.scalar_type()));
+    }
     py::list outputs(outputs_.size());
     for (size_t i = 0; i < outputs_.size(); ++i) {
       const Output& o = outputs_[i];
@@ -186,21 +248,29 @@ class CompiledGraph {
     // On the core (holding the interpreter lock): the generated code on host aliases,
     // computing in the call's buffers.
     void run(const py::list& inputs, const std::vector<at::Tensor>& buffers) const {
-      HostAliases alias;
-      py::list hosts = host_values(inputs, alias);
+      const size_t n = inputs.size();
+      std::vector<at::Tensor> tensors(n);  // undefined: a value other than a tensor
+      for (size_t i = 0; i < n; ++i)
+        if (THPVariable_Check(inputs[i].ptr())) tensors[i] = THPVariable_Unpack(inputs[i].ptr());
+      tensors.insert(tensors.end(), buffers.begin(), buffers.end());
+      const std::vector<at::Tensor> aliases = aliases_.of(tensors);
+      py::list hosts(n);
+      for (size_t i = 0; i < n; ++i)
+        hosts[i] = tensors[i].defined() ? py::cast(aliases[i]) : inputs[i];
       std::vector<at::Tensor> given(buffer_of_allocation_.size());
       for (size_t k = 0; k < given.size(); ++k)
-        if (buffer_of_allocation_[k] >= 0) given[k] = alias(buffers[buffer_of_allocation_[k]]);
+        if (buffer_of_allocation_[k] >= 0) given[k] = aliases[n + buffer_of_allocation_[k]];
       GraphAllocations allocations{given};
       const py::object results = run_generated(compiled.object, std::move(hosts), allocations);
       for (const auto& [i, b] : copies)
-        alias(buffers[b]).copy_(THPVariable_Unpack(py::sequence(results)[i].ptr()));
+        aliases[n + b].copy_(THPVariable_Unpack(py::sequence(results)[i].ptr()));
     }
 
     KernelObject compiled;
     std::string name;
     std::vector<std::pair<int, int>> copies;
     std::vector<int> buffer_of_allocation_;  // per allocation position: its buffer, or -1
+    mutable AliasCache aliases_;
   };
 
   enum Source { kBuffer, kInput, kValue };

@@ -428,6 +428,12 @@ class NativeKernel final : public c10::OperatorKernel {
     host_op_->callBoxed(&s);
   }
 
+  // Kernels follow the compute threads onto an idle core's launching thread — except while a
+  // fault is injected, whose tests expect the worker to raise it.
+  neuron_rt::HostWork host_work() const {
+    return faults_.load() > 0 ? neuron_rt::HostWork::kNever : neuron_rt::HostWork::kFollow;
+  }
+
   void maybe_fault() {
     if (faults_.load() > 0 && faults_.fetch_sub(1) > 0)
       throw InjectedFault("injected fault (torch_neuronx.runtime.inject_fault) in " + name_);
@@ -475,8 +481,6 @@ class NativeKernel final : public c10::OperatorKernel {
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : snapshot(outputs[j]));
     for (auto& arg : args) arg = snapshot(arg);
     const profiler::LaunchArgs described(args, outputs);
-    // Fault injection's tests expect the worker to raise the fault.
-    const auto host = faults_.load() > 0 ? neuron_rt::HostWork::kNever : neuron_rt::HostWork::kFollow;
     std::function<void()> kernel =
            [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
              maybe_fault();
@@ -491,7 +495,7 @@ class NativeKernel final : public c10::OperatorKernel {
              for (size_t j = 0; j < fresh.size(); ++j)
                if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
            };
-    launch(device, std::move(kernel), name_, host);
+    launch(device, std::move(kernel), name_, host_work());
     for (auto& out : outputs) stack->push_back(std::move(out));
   }
 
@@ -619,7 +623,7 @@ class NativeKernel final : public c10::OperatorKernel {
                           use_out = out_overload_matches(args, results, device);
                         }
                       },
-                      name_);
+                      name_, host_work());
     } catch (const std::exception& e) {
       const bool unimplemented = dynamic_cast<const c10::NotImplementedError*>(&e) ||
                                  dynamic_cast<const InjectedFault*>(&e);
@@ -649,7 +653,7 @@ class NativeKernel final : public c10::OperatorKernel {
         restride(out, layout);
         plan->out_resizes.emplace_back(i, std::move(layout));
       }
-      launch(device, [out = snapshot(out), clone] { host_alias(out).copy_(clone); }, name_);
+      launch(device, [out = snapshot(out), clone] { host_alias(out).copy_(clone); }, name_, host_work());
     }
 
     plan->returns = return_shape_;
@@ -672,7 +676,8 @@ class NativeKernel final : public c10::OperatorKernel {
         TensorLayout layout{{}, {}, c10::ScalarType::Undefined, h.defined()};
         if (h.defined()) layout = {h.sizes().vec(), h.strides().vec(), h.scalar_type()};
         at::Tensor out = allocate(layout);
-        if (h.defined()) launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, name_);
+        if (h.defined())
+          launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, name_, host_work());
         outs.push_back(out);
         r.tensors.push_back(std::move(layout));
       }
