@@ -285,7 +285,7 @@ void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<
     store_error(info, capture, std::current_exception());
   }
   if (observer) observer(device_, stream, info, start, now_ns());
-  bool wake;
+  bool wake, notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Stream& s = streams_[stream];
@@ -295,10 +295,10 @@ void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<
     inline_ = false;
     kernels_on_host_++;
     wake = sleeping_ && pending_ > 0;  // launches from other threads waited for the core
-    generation_++;
+    notify = waiters_ > 0;
   }
   if (wake) work_cv_.notify_one();
-  done_cv_.notify_all();
+  if (notify) done_cv_.notify_all();
 }
 
 std::pair<uint64_t, uint64_t> HardwareQueue::kernel_counts() const {

@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
@@ -122,12 +123,14 @@ std::string launch_stack() {
 }
 
 // Runs `fn` on the calling thread as kernel `seq` of `stream`, which begin_inline reserved.
+// The kernel's own ATen calls stay out of the profiler's operator records, as on the worker.
 static void run_inline(neuron_rt::Core& c, c10::DeviceIndex device, int stream, uint64_t seq,
                        const std::function<void()>& fn, std::string name,
                        const std::shared_ptr<std::exception_ptr>& error) {
   const uint64_t token = profiler::on_launch(device);
   const neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
   profiler::on_enqueued(token);
+  const at::RecordFunctionGuard unrecorded(false);
   c.queue.finish_inline(stream, seq, fn, info, error);
 }
 

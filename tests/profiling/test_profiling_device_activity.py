@@ -57,6 +57,27 @@ def test_eager_ops_have_device_time_and_every_kernel_is_linked():
     assert "aten::mm" in table
 
 
+def test_kernels_run_on_an_idle_cores_launching_thread_are_profiled_like_queued_ones():
+    x = torch.randn(128, 128, device="neuron")
+    (x @ x).relu()  # builds both kernels outside the profile
+    compiled = torch.compile(lambda t: t * 2, backend="neuron")
+    for _ in range(2):  # the second call claims the idle core: eager kernels follow it here
+        torch.neuron.synchronize()
+        compiled(x)
+    before = torch_neuronx.runtime.kernel_counts()["host"]
+    prof = record(lambda: (x @ x).relu())
+    assert torch_neuronx.runtime.kernel_counts()["host"] - before == 2
+    assert self_device_us(prof, "aten::mm") > 0 and self_device_us(prof, "aten::relu") > 0
+    ops = cpu_ops(prof)
+    kernels = device_events(prof)
+    assert {ops[k.linked_correlation_id()].name() for k in kernels} == {"aten::mm", "aten::relu"}
+    # The kernels' own CPU calls (relu's clamp_min, the copy into the output) are not recorded as
+    # nested operators, as on the worker.
+    names = [e.name() for e in ops.values()]
+    assert names.count("aten::mm") == names.count("aten::relu") == 1
+    assert "aten::clamp_min" not in names and "aten::copy_" not in names
+
+
 def test_profiling_does_not_change_results():
     torch.manual_seed(0)
     x = torch.randn(64, 32, device="neuron")
