@@ -215,6 +215,20 @@ class CompiledGraph {
     return {std::move(outputs), std::move(buffers)};
   }
 
+  // One call with AOTAutograd's boxed convention: takes the inputs out of `args` (so the caller's
+  // list no longer keeps them alive) and returns the outputs, on the device of the first tensor.
+  py::list call_boxed(py::list& args) const {
+    py::list inputs(args.size());
+    int device = -1;
+    for (size_t i = 0; i < args.size(); ++i) {
+      inputs[i] = args[i];
+      if (device < 0 && THPVariable_Check(args[i].ptr())) device = THPVariable_Unpack(args[i].ptr()).get_device();
+    }
+    TORCH_CHECK(device >= 0, "compiled graph called without a device tensor");
+    if (PyList_SetSlice(args.ptr(), 0, PY_SSIZE_T_MAX, nullptr) != 0) throw py::error_already_set();
+    return call(inputs, device);
+  }
+
   // One call on `device`: its outputs. The kernel runs on the calling thread when the core is
   // idle, with the compute threads (HostWork::kClaim), else it is queued.
   py::list call(const py::list& inputs, int device) const {
@@ -225,7 +239,11 @@ class CompiledGraph {
       try {
         code->run(py::reinterpret_borrow<py::list>(inputs->object), buffers);
       } catch (py::error_already_set& e) {
-        throw std::runtime_error(e.what());
+        // Ctrl-C while the graph ran on the main thread (an idle core's launching thread): the
+        // kernel failed like any other, and the caller is interrupted again right after.
+        std::runtime_error failure(e.what());  // before the interrupt: formatting runs Python
+        if (e.matches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
+        throw failure;
       }
     };
     py::gil_scoped_release nogil;
@@ -307,7 +325,8 @@ void bind_compiled_graph(py::module_& m) {
         auto [outputs, buffers] = g.make(inputs, device);
         return py::make_tuple(outputs, py::cast(buffers));
       })
-      .def("__call__", &CompiledGraph::call);
+      .def("__call__", &CompiledGraph::call)
+      .def("call_boxed", &CompiledGraph::call_boxed);
   m.def("_record_compiled_graph", &record);
   m.def("_host_aliases", [](const py::list& values) {
     HostAliases alias;

@@ -3,6 +3,7 @@ results as the CPU, deferred errors, and compute threads that move between the w
 host. ``torch_neuronx.runtime.kernel_counts`` tells where kernels ran."""
 from __future__ import annotations
 
+import _thread
 import json
 import threading
 import time
@@ -214,3 +215,35 @@ def test_inline_kernels_off_queues_every_kernel():
     assert result["host"] == 0 and result["worker"] > 0
     cpu_losses, _ = train("cpu", 4, compiled=False)
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(cpu_losses), rtol=1e-5, atol=1e-6)
+
+
+def test_ctrl_c_during_a_graph_on_the_main_thread_interrupts_the_caller():
+    @torch.compile(backend="neuron")
+    def long_graph(a: torch.Tensor) -> torch.Tensor:
+        for _ in range(24):  # matrix products are extern calls: Python runs between them
+            a = torch.tanh(a @ a)
+        return a
+
+    a_cpu = torch.randn(384, 384) / 20
+    a = a_cpu.to("neuron")
+    for _ in range(2):  # compiles and records; then the graph runs on this thread
+        torch.neuron.synchronize()
+        long_graph(a).cpu()
+    start = time.perf_counter()
+    long_graph(a).cpu()
+    calls = int(2.0 / max(time.perf_counter() - start, 1e-3)) + 1  # about two seconds of calls
+
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(calls):
+            long_graph(a)
+    timer.join()
+    drain_errors()  # an interrupted kernel failed: its error is deferred like any other
+    torch.testing.assert_close(long_graph(a).cpu(), long_graph_cpu(a_cpu), rtol=1e-4, atol=1e-5)
+
+
+def long_graph_cpu(a: torch.Tensor) -> torch.Tensor:
+    for _ in range(24):
+        a = torch.tanh(a @ a)
+    return a
