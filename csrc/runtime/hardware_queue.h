@@ -4,7 +4,8 @@
 // among streams whose next item is ready the worker picks the highest priority (lowest
 // number), then the oldest launch. A stream blocked on an event waits while others run.
 // Errors raised by a kernel are stored (earliest wins) and re-raised at the next
-// synchronization point.
+// synchronization point. A kernel launched while the core is idle may run on the launching
+// thread instead of the worker, as the stream's next kernel (begin_inline / finish_inline).
 #pragma once
 
 #include <atomic>
@@ -153,9 +154,9 @@ class HardwareQueue {
   bool running_ = false;                  // the worker executes an item
   bool inline_ = false;                   // a host thread runs a kernel (begin_inline)
   bool worker_warm_ = false;              // the worker ran a kernel since it last released
+  bool release_requested_ = false;        // a host thread wants the worker released
   bool host_compute_ = false;             // the last parallel kernel ran on a host thread
   uint64_t kernels_on_worker_ = 0, kernels_on_host_ = 0;
-  bool release_requested_ = false;        // a host thread wants the worker released
   std::atomic<uint64_t> generation_{0};   // bumped by every launch and wake-up
   static constexpr Nanos kSpinNs = 50'000;
   int waiters_ = 0;

@@ -7,7 +7,8 @@ each result lives in. Every call then allocates those allocations' device buffer
 executable is called, and later kernels hand them to the generated code, so results are computed
 in place; outputs are the buffers, the inputs, or tensors on their memory — aliasing as the
 generated code's results do on the CPU. A result in memory the code did not allocate through us
-is copied.
+is copied. After the first call, a call is one C++ call (``_C._CompiledGraph``); on an idle core
+the kernel runs on the calling thread (docs/architecture.md, "Kernels on an idle core").
 """
 from __future__ import annotations
 
