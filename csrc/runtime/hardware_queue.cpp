@@ -94,15 +94,19 @@ uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo 
   return push(stream, std::move(item));
 }
 
+// The queue reached an event's marker: timestamp and complete that recorded version.
+static void reach(Event& event, uint64_t version) {
+  event.timestamp = now_ns();
+  event.completed = version;
+}
+
 void HardwareQueue::record(int stream, const std::shared_ptr<Event>& event) {
   bool reached = false;
   {
     // An idle core reaches the marker at once (as its worker would right away): complete it here.
     std::lock_guard<std::mutex> lock(mu_);
     if (inline_kernels_ && pending_ == 0) {
-      const uint64_t version = ++event->recorded;
-      event->timestamp = now_ns();
-      event->completed = version;
+      reach(*event, ++event->recorded);
       reached = true;
     }
   }
@@ -221,8 +225,7 @@ void HardwareQueue::run() {
       if (observer) observer(device_, stream, item.info, start, now_ns());
     }
     if (item.record_event) {
-      item.record_event->timestamp = now_ns();
-      item.record_event->completed = item.record_version;
+      reach(*item.record_event, item.record_version);
       Runtime::get().notify_all_queues();
     }
     {

@@ -325,7 +325,6 @@ void bind_compiled_graph(py::module_& m) {
         auto [outputs, buffers] = g.make(inputs, device);
         return py::make_tuple(outputs, py::cast(buffers));
       })
-      .def("__call__", &CompiledGraph::call)
       .def("call_boxed", &CompiledGraph::call_boxed);
   m.def("_record_compiled_graph", &record);
   m.def("_host_aliases", [](const py::list& values) {

@@ -36,6 +36,11 @@ def _output_specs(gm: fx.GraphModule) -> list[Any]:
     return [node.meta.get("val") if isinstance(node, fx.Node) else node for node in output.args[0]]
 
 
+def _device(values: list[Any]) -> torch.device:
+    """The device of a call: its first tensor's."""
+    return next(v.device for v in values if isinstance(v, torch.Tensor))
+
+
 def _meta(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
@@ -147,16 +152,13 @@ class Executable(OutputCode):
         """No Triton kernels: the generated code is C++."""
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        if self.graph is not None and not self.seeds:
+        if self.seeds:
+            args.append(rng.draw_seeds(self.seeds, _device(args)))
+        if self.graph is not None:
             return self.graph.call_boxed(args)  # the common call, all in C++
         inputs = list(args)
         args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
-        device = next(a.device for a in inputs if isinstance(a, torch.Tensor))
-        if self.seeds:
-            inputs.append(rng.draw_seeds(self.seeds, device))
-        if self.graph is None:
-            return self._first_call(device.index, inputs)
-        return self.graph(inputs, device.index)
+        return self._first_call(_device(inputs).index, inputs)
 
     def _first_call(self, device: int, inputs: list[Any]) -> list[Any]:
         """Run once with the generated code's own allocations and wait, learn where each result
