@@ -44,10 +44,10 @@ Block* HbmPool::allocate(size_t nbytes) {
   const size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   // Best fit among cached blocks; a small request never takes a much larger block.
-  auto it = cached_.lower_bound(size);
+  auto it = cached_.lower_bound({size, 0});
   const size_t limit = size < kSmallLimit ? size : size + size / 2;
   Block* block = nullptr;
-  if (it != cached_.end() && it->first <= limit) {
+  if (it != cached_.end() && it->first.first <= limit) {
     block = it->second;
     cached_.erase(it);
   } else {
@@ -92,15 +92,15 @@ void HbmPool::free(Block* block) {
   stats_.allocated_bytes.decrease(block->size);
   stats_.active_bytes.decrease(block->size);
   stats_.requested_bytes.decrease(block->requested);
-  cached_.emplace(block->size, block);
+  cached_.emplace(std::make_pair(block->size, reinterpret_cast<uintptr_t>(block->ptr)), block);
 }
 
 void HbmPool::release_cached_locked() {
-  for (auto& [size, block] : cached_) {
+  for (auto& [key, block] : cached_) {
     live_.erase(block->ptr);
     std::free(block->ptr);
     stats_.segment.decrease(1);
-    stats_.reserved_bytes.decrease(size);
+    stats_.reserved_bytes.decrease(block->size);
     stats_.num_device_free++;
     delete block;
   }

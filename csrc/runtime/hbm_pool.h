@@ -73,7 +73,11 @@ class HbmPool {
   const int device_;
   size_t capacity_;
   mutable std::mutex mu_;
-  std::multimap<size_t, Block*> cached_;       // free blocks by size (best fit)
+  // Free blocks by (size, address): best fit, and among equal sizes the lowest address, as the
+  // CUDA caching allocator orders them. A training step then gets the same blocks every step
+  // (the free set is the same at each of its allocations), which keeps compiled graphs' host
+  // aliases valid from step to step; first-in-first-out reuse rotated them.
+  std::map<std::pair<size_t, uintptr_t>, Block*> cached_;
   std::unordered_map<void*, Block*> live_;      // every block the pool owns, keyed by pointer
   PoolStats stats_;
 };

@@ -185,10 +185,8 @@ class CompiledGraph {
     }
   }
 
-  // (outputs, buffers) of a call with the device tensors `inputs` on `device`. The buffers
-  // are for the kernel: other tensors than the outputs, on the same memory, so that a queued
-  // kernel does not add a reference to an output (autograd steals a gradient only when nothing
-  // else references it, and clones it otherwise).
+  // (outputs, buffers) of a call with the device tensors `inputs` on `device`: the device
+  // buffers the generated code computes in, and the outputs on them (or on the inputs).
   std::pair<py::list, std::vector<at::Tensor>> make(const py::list& inputs, int device) const {
     std::vector<at::Tensor> buffers;
     buffers.reserve(buffer_specs_.size());
@@ -211,7 +209,6 @@ class CompiledGraph {
         outputs[i] = o.view ? py::cast(reinterpret(THPVariable_Unpack(input.ptr()), *o.view)) : input;
       }
     }
-    for (at::Tensor& b : buffers) b = snapshot(b);
     return {std::move(outputs), std::move(buffers)};
   }
 
@@ -233,21 +230,24 @@ class CompiledGraph {
   // idle, with the compute threads (HostWork::kClaim), else it is queued.
   py::list call(const py::list& inputs, int device) const {
     auto [outputs, buffers] = make(inputs, device);
-    std::function<void()> kernel = [code = code_, inputs = std::make_shared<KernelObject>(inputs),
+    const auto on = static_cast<c10::DeviceIndex>(device);
+    bool ran;
+    {
+      const std::function<void()> here = [&] { run(*code_, inputs, buffers); };
+      py::gil_scoped_release nogil;
+      ran = launch_inline(on, here, code_->name, neuron_rt::HostWork::kClaim);
+    }
+    if (ran) return outputs;
+    // Queued, the kernel gets tensors of its own on the buffers' memory, so that it does not add
+    // a reference to an output (autograd steals a gradient only when nothing else references
+    // it, and clones it otherwise), and owns the inputs until it has run.
+    for (at::Tensor& b : buffers) b = snapshot(b);
+    std::function<void()> kernel = [code = code_, held = std::make_shared<KernelObject>(inputs),
                                     buffers = std::move(buffers)] {
-      py::gil_scoped_acquire gil;
-      try {
-        code->run(py::reinterpret_borrow<py::list>(inputs->object), buffers);
-      } catch (py::error_already_set& e) {
-        // Ctrl-C while the graph ran on the main thread (an idle core's launching thread): the
-        // kernel failed like any other, and the caller is interrupted again right after.
-        std::runtime_error failure(e.what());  // before the interrupt: formatting runs Python
-        if (e.matches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
-        throw failure;
-      }
+      run(*code, py::reinterpret_borrow<py::list>(held->object), buffers);
     };
     py::gil_scoped_release nogil;
-    launch(static_cast<c10::DeviceIndex>(device), std::move(kernel), code_->name, neuron_rt::HostWork::kClaim);
+    launch(on, std::move(kernel), code_->name);
     return outputs;
   }
 
@@ -291,6 +291,20 @@ class CompiledGraph {
     mutable AliasCache aliases_;
   };
 
+  // The kernel, on the core (the calling thread or the worker): takes the interpreter lock.
+  static void run(const Code& code, const py::list& inputs, const std::vector<at::Tensor>& buffers) {
+    py::gil_scoped_acquire gil;
+    try {
+      code.run(inputs, buffers);
+    } catch (py::error_already_set& e) {
+      // Ctrl-C while the graph ran on the main thread (an idle core's launching thread): the
+      // kernel failed like any other, and the caller is interrupted again right after.
+      std::runtime_error failure(e.what());  // before the interrupt: formatting runs Python
+      if (e.matches(PyExc_KeyboardInterrupt)) PyErr_SetInterrupt();
+      throw failure;
+    }
+  }
+
   enum Source { kBuffer, kInput, kValue };
   struct Output {
     Source source;
@@ -323,6 +337,7 @@ void bind_compiled_graph(py::module_& m) {
                     const std::map<int, int>&, std::vector<std::pair<int, int>>>())
       .def("make", [](const CompiledGraph& g, const py::list& inputs, int device) {
         auto [outputs, buffers] = g.make(inputs, device);
+        for (at::Tensor& b : buffers) b = snapshot(b);  // for a queued kernel (see call)
         return py::make_tuple(outputs, py::cast(buffers));
       })
       .def("call_boxed", &CompiledGraph::call_boxed);

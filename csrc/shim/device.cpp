@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "profiler.h"
@@ -122,40 +123,54 @@ std::string launch_stack() {
   }
 }
 
-// Runs `fn` on the calling thread as kernel `seq` of `stream`, which begin_inline reserved.
-// The kernel's own ATen calls stay out of the profiler's operator records, as on the worker.
-static void run_inline(neuron_rt::Core& c, c10::DeviceIndex device, int stream, uint64_t seq,
-                       const std::function<void()>& fn, std::string name,
-                       const std::shared_ptr<std::exception_ptr>& error) {
+// Runs `fn` on the calling thread as the next kernel of the current stream if the core takes it
+// there (begin_inline), and says whether it did. `capture`: rethrow its error here rather than
+// defer it. The kernel's own ATen calls stay out of the profiler's operator records, as on the
+// worker.
+static bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
+                        neuron_rt::HostWork host, bool capture) {
+  auto& c = core(device);
+  const int stream = static_cast<int>(current_stream(device).id());
+  const uint64_t seq = c.queue.begin_inline(stream, host);
+  if (!seq) return false;
+  auto error = capture ? std::make_shared<std::exception_ptr>() : nullptr;
   const uint64_t token = profiler::on_launch(device);
-  const neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
+  const neuron_rt::LaunchInfo info{name, launch_stack(), token};
   profiler::on_enqueued(token);
-  const at::RecordFunctionGuard unrecorded(false);
-  c.queue.finish_inline(stream, seq, fn, info, error);
+  {
+    // Switching recording off rebuilds the thread's callback lists: only when there are any.
+    std::optional<at::RecordFunctionGuard> unrecorded;
+    if (at::hasCallbacks()) unrecorded.emplace(false);
+    c.queue.finish_inline(stream, seq, fn, info, error);
+  }
+  if (error && *error) std::rethrow_exception(*error);
+  return true;
 }
 
 static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::string name,
                         bool wait, neuron_rt::HostWork host) {
+  const bool blocking = wait || neuron_rt::Runtime::get().topology().launch_blocking;
+  if (run_if_idle(device, fn, name, host, blocking)) return;
   auto& c = core(device);
   const int stream = static_cast<int>(current_stream(device).id());
-  const bool blocking = wait || neuron_rt::Runtime::get().topology().launch_blocking;
   auto error = blocking ? std::make_shared<std::exception_ptr>() : nullptr;
-  if (const uint64_t reserved = c.queue.begin_inline(stream, host)) {
-    run_inline(c, device, stream, reserved, fn, std::move(name), error);
-  } else {
-    const uint64_t token = profiler::on_launch(device);
-    neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
-    const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
-    profiler::on_enqueued(token);
-    if (!blocking) return;
-    release_host_openmp_threads();
-    c.queue.wait_item(stream, seq);
-  }
-  if (error && *error) std::rethrow_exception(*error);
+  const uint64_t token = profiler::on_launch(device);
+  neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
+  const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
+  profiler::on_enqueued(token);
+  if (!blocking) return;
+  release_host_openmp_threads();
+  c.queue.wait_item(stream, seq);
+  if (*error) std::rethrow_exception(*error);
 }
 
 void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name, neuron_rt::HostWork host) {
   launch_impl(device, std::move(fn), std::move(name), false, host);
+}
+
+bool launch_inline(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
+                   neuron_rt::HostWork host) {
+  return run_if_idle(device, fn, name, host, neuron_rt::Runtime::get().topology().launch_blocking);
 }
 
 void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,

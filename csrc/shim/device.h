@@ -43,6 +43,11 @@ void release_worker_openmp_threads();
 // deferred errors, without the hand-off to the worker.
 void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name,
             neuron_rt::HostWork host = neuron_rt::HostWork::kNever);
+// Run `fn` as a kernel on the calling thread if the core takes it there now (`host`), and say
+// whether it did; if not, nothing was launched. For callers whose queued kernel needs more than
+// the inline one (copies of what the caller may change), so they pay for it only when queued.
+bool launch_inline(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
+                   neuron_rt::HostWork host);
 // Launch and wait for that kernel; its exception is rethrown here rather than deferred.
 void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,
                      neuron_rt::HostWork host = neuron_rt::HostWork::kNever);

@@ -120,3 +120,25 @@ def test_an_executable_pickles_as_its_cache_entry_and_loads_for_another_graph(tm
         y, t = executable([x.to("neuron")])
         torch.testing.assert_close(y.cpu(), x.sin() * 2)
         assert t.stride() == x.t().stride() and torch.equal(t.cpu(), x.t())
+
+
+def test_training_steps_reuse_the_same_device_memory():
+    """From step to step a compiled training loop gets the same blocks for its activations and
+    gradients (the allocator's lowest-address reuse), so each graph's host aliases stay valid."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 4)).to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 16, device="neuron")
+    addresses = []
+    for _ in range(4):
+        optimizer.zero_grad()
+        out = compiled(x)
+        out.square().mean().backward()
+        optimizer.step()
+        addresses.append([out.data_ptr()] + [p.grad.data_ptr() for p in model.parameters()])
+        del out  # as a training loop drops a step's tensors before the next
+    assert addresses[1] == addresses[2] == addresses[3]
+    torch._dynamo.reset()

@@ -195,6 +195,23 @@ def test_freed_block_is_reused():
     del b
 
 
+def test_a_repeated_allocation_pattern_gets_the_same_blocks():
+    """Among free blocks of one size the lowest address is taken (as the CUDA caching allocator
+    orders them), so a step that frees and allocates the same way gets the same memory every
+    time — whatever the order tensors were freed in."""
+    dev = 2
+    settle(dev)
+    blocks = [torch.empty(4096, device="neuron:2") for _ in range(4)]
+    rounds = []
+    for _ in range(3):
+        for i in (1, 3, 0, 2):  # freed in another order than allocated
+            blocks[i] = None
+        blocks = [torch.empty(4096, device="neuron:2") for _ in range(4)]
+        rounds.append([b.data_ptr() for b in blocks])
+    assert rounds[0] == rounds[1] == rounds[2]
+    assert rounds[0] == sorted(rounds[0])
+
+
 # ------------------------------------------------------------------------ out of memory
 
 def test_oom_error_message_and_recovery(small_capacity):
