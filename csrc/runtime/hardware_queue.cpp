@@ -179,6 +179,19 @@ void HardwareQueue::store_error(const LaunchInfo& info, const std::shared_ptr<st
   error_ = msg.str();
 }
 
+// Runs a kernel body: its error is stored (or captured), and the kernel observer sees it.
+void HardwareQueue::execute(int stream, const std::function<void()>& fn, const LaunchInfo& info,
+                            const std::shared_ptr<std::exception_ptr>& capture) {
+  const KernelObserver observer = kernel_observer.load();
+  const Nanos start = observer ? now_ns() : 0;
+  try {
+    fn();
+  } catch (...) {
+    store_error(info, capture, std::current_exception());
+  }
+  if (observer) observer(device_, stream, info, start, now_ns());
+}
+
 void HardwareQueue::run() {
   tls_worker = true;
   for (;;) {
@@ -214,16 +227,7 @@ void HardwareQueue::run() {
       streams_[stream].items.pop_front();
       running_ = true;
     }
-    if (item.fn) {
-      const KernelObserver observer = kernel_observer.load();
-      const Nanos start = observer ? now_ns() : 0;
-      try {
-        item.fn();
-      } catch (...) {
-        store_error(item.info, item.capture, std::current_exception());
-      }
-      if (observer) observer(device_, stream, item.info, start, now_ns());
-    }
+    if (item.fn) execute(stream, item.fn, item.info, item.capture);
     if (item.record_event) {
       reach(*item.record_event, item.record_version);
       Runtime::get().notify_all_queues();
@@ -257,15 +261,16 @@ uint64_t HardwareQueue::begin_inline(int stream, HostWork work) {
     // queueing it behind them would gain little) and for the worker to release its compute
     // threads. Not for a stream blocked on an event: the host may be the one to record it.
     waiters_++;
-    done_cv_.wait(lock, [&] {
-      if (pending_ == 0 && !inline_ && worker_warm_ && !release_requested_) {
+    for (;;) {
+      const bool blocked = pending_ > 0 && !running_ && !inline_ && pick_locked() < 0;
+      if (blocked || (pending_ == 0 && !inline_ && !worker_warm_)) break;
+      if (pending_ == 0 && !inline_ && !release_requested_) {  // the worker still has its threads
         release_requested_ = true;
         generation_++;  // ends the worker's watch for launches
         if (sleeping_) work_cv_.notify_one();
       }
-      const bool blocked = pending_ > 0 && !running_ && !inline_ && pick_locked() < 0;
-      return blocked || (pending_ == 0 && !inline_ && !worker_warm_);
-    });
+      done_cv_.wait(lock);
+    }
     waiters_--;
   }
   if (pending_ != 0 || inline_) return 0;
@@ -280,14 +285,7 @@ uint64_t HardwareQueue::begin_inline(int stream, HostWork work) {
 
 void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<void()>& fn,
                                   const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture) {
-  const KernelObserver observer = kernel_observer.load();
-  const Nanos start = observer ? now_ns() : 0;
-  try {
-    fn();
-  } catch (...) {
-    store_error(info, capture, std::current_exception());
-  }
-  if (observer) observer(device_, stream, info, start, now_ns());
+  execute(stream, fn, info, capture);
   bool wake, notify;
   {
     std::lock_guard<std::mutex> lock(mu_);

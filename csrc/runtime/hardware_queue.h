@@ -139,6 +139,8 @@ class HardwareQueue {
   void run();
   void store_error(const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture,
                    std::exception_ptr error);
+  void execute(int stream, const std::function<void()>& fn, const LaunchInfo& info,
+               const std::shared_ptr<std::exception_ptr>& capture);
 
   const int device_;
   mutable std::mutex mu_;

@@ -102,8 +102,8 @@ py::list host_values(const py::list& values, HostAliases& alias) {
 
 // Host aliases of a graph's device tensors (its inputs, then a call's buffers), kept from the
 // previous call for every tensor that is where it was — same memory, layout and dtype:
-// parameters and optimizer state stay, and the caching allocator often hands a step's buffers
-// the same blocks. An alias only names memory, so it serves any tensor with that address and
+// parameters and optimizer state stay, and the allocator hands a training step's buffers the
+// same blocks every step (lowest address first). An alias only names memory, so it serves any tensor with that address and
 // layout. Aliases share a CPU storage exactly where the device tensors share one.
 class AliasCache {
  public:
@@ -140,12 +140,8 @@ class AliasCache {
     if (!t.defined()) return at::Tensor();
     const void* data = t.storage().data();
     for (const auto& [d, storage] : storages)
-      if (data && d == data && storage.nbytes() == t.storage().nbytes()) {
-        auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                         t.dtype());
-        impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-        return at::Tensor(std::move(impl));
-      }
+      if (data && d == data && storage.nbytes() == t.storage().nbytes())
+        return tensor_on(storage, c10::DispatchKey::CPU, t);
     at::Tensor alias = host_alias(t);
     if (data) storages.emplace_back(data, alias.storage());
     return alias;

@@ -178,12 +178,15 @@ void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::str
   launch_impl(device, std::move(fn), std::move(name), true, host);
 }
 
+at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
 at::Tensor snapshot(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kNeuron) return t;
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(t.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return at::Tensor(std::move(impl));
+  return tensor_on(t.storage(), c10::DispatchKey::PrivateUse1, t);
 }
 
 c10::IValue snapshot(const c10::IValue& v) {
@@ -217,10 +220,7 @@ at::Tensor HostAliases::operator()(const at::Tensor& t) {
                           c10::DataPtr(data, c10::Device(at::kCPU)), nullptr, false));
     storage = &storages_.back().second;
   }
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(*storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return at::Tensor(std::move(impl));
+  return tensor_on(*storage, c10::DispatchKey::CPU, t);
 }
 
 at::Tensor host_alias(const at::Tensor& t) { return HostAliases()(t); }

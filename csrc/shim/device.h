@@ -56,6 +56,9 @@ void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::str
 std::string launch_stack();
 void set_capture_stack(bool enabled);
 
+// A tensor of dispatch key `key` on `storage`, with `like`'s dtype, sizes, strides and offset.
+at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like);
+
 // A tensor sharing `t`'s storage with its current sizes, strides and offset, so a queued
 // kernel sees the tensor as it was at launch even if the caller then changes its metadata
 // in place (squeeze_, t_, as_strided_, set_). Lists and other values pass through.

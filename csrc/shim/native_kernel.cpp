@@ -481,7 +481,7 @@ class NativeKernel final : public c10::OperatorKernel {
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : snapshot(outputs[j]));
     for (auto& arg : args) arg = snapshot(arg);
     const profiler::LaunchArgs described(args, outputs);
-    std::function<void()> kernel =
+    launch(device,
            [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
              maybe_fault();
              HostAliases alias;
@@ -494,8 +494,8 @@ class NativeKernel final : public c10::OperatorKernel {
              call_host(op, s, device);
              for (size_t j = 0; j < fresh.size(); ++j)
                if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
-           };
-    launch(device, std::move(kernel), name_, host_work());
+           },
+           name_, host_work());
     for (auto& out : outputs) stack->push_back(std::move(out));
   }
 
