@@ -31,8 +31,8 @@ def child_env(cache_dir: Path) -> dict[str, str]:
             "TORCH_NEURONX_NEFF_CACHE_DIR": str(cache_dir)}
 
 
-def start_child(cache_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CHILD], env=child_env(cache_dir), text=True,
+def start_child(cache_dir: Path, script: str = CHILD) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", script], env=child_env(cache_dir), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -51,6 +51,26 @@ def test_a_fresh_process_with_a_warm_cache_skips_compilation(tmp_path):
     assert (cold["graph_cache_hits"], warm["graph_cache_hits"]) == (0, 1)
     assert "compiler" not in warm["compile_time_s"] and "lowering" not in warm["compile_time_s"]
     assert (warm["loss"], warm["grads"]) == (cold["loss"], cold["grads"])
+
+
+# Records the modules that threads other than the main thread import.
+IMPORT_TRACER = """
+import importlib.abc, sys, threading
+OFF_MAIN = []
+class Tracer(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if threading.current_thread() is not threading.main_thread():
+            OFF_MAIN.append(threading.current_thread().name + ": " + name)
+sys.meta_path.insert(0, Tracer())
+"""
+
+
+def test_a_cold_compile_imports_nothing_off_the_main_thread(tmp_path):
+    # Importing setuptools (Inductor's ISA probe needs it) adds and removes a finder at the front
+    # of sys.meta_path; a thread importing at that moment skips the path finder and fails with
+    # "No module named ...". The backend's threads must leave imports to the main thread.
+    off_main = finish(start_child(tmp_path / "cache", IMPORT_TRACER + CHILD + "print(json.dumps(OFF_MAIN))"))
+    assert off_main == []
 
 
 @pytest.mark.slow

@@ -30,6 +30,10 @@ _FORMAT = "2"  # bump when the entry layout changes
 @functools.cache
 def _isa_probe() -> threading.Thread:
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+    # The probe imports setuptools, whose import adds and removes a finder at the front of
+    # sys.meta_path; another thread importing at that moment can skip the path finder and fail
+    # with "No module named ...". So that import happens here, on the calling thread.
+    import torch.utils.cpp_extension  # noqa: F401
     probe = threading.Thread(target=valid_vec_isa_list, name="torch_neuronx-isa-probe", daemon=True)
     probe.start()
     return probe
