@@ -7,6 +7,7 @@
 #include "generator.h"
 #include "kernel_object.h"
 #include "native_kernel.h"
+#include "nested_tensor.h"
 #include "op_tracking.h"
 #include "profiler.h"
 
@@ -85,6 +86,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
   m.def("_register_native_op", &register_native_op);
+  m.def("_register_nested_kernels", &register_nested_kernels);
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);

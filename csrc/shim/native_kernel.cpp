@@ -32,6 +32,10 @@
 
 namespace torch_neuronx {
 
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
 namespace {
 
 std::atomic<bool> strict_fallback{false};
@@ -41,10 +45,6 @@ std::atomic<bool> retry_on_cpu{true};
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 constexpr size_t kMaxPlans = 4096;  // per operator
 const c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
-
-std::string full_name(const c10::OperatorName& name) {
-  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-}
 
 class InjectedFault : public std::runtime_error {
  public:
@@ -59,8 +59,6 @@ struct Placement {
 
 void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                      const std::string& reason);
-void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason);
-
 // How each argument takes part in the signature and in the host call.
 enum class ArgKind { Tensor, TensorList, OptTensorList, Scalar, Float, Generator, Value };
 
@@ -732,7 +730,8 @@ c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
   return current_device();
 }
 
-// Checks and records a host execution of `op` (complex refusal, strict mode, tracking, warning).
+}  // namespace
+
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason) {
   const std::string name = full_name(op.operator_name());
   const size_t n = op.schema().arguments().size();
@@ -752,6 +751,8 @@ void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack
                "operator)" : "", ". torch_neuronx.get_fallback_ops() lists every fallback; "
                "TORCH_NEURONX_STRICT_FALLBACK=1 turns them into errors.");
 }
+
+namespace {
 
 void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   note_fallback(op, *stack, reason);
@@ -777,9 +778,9 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void refuse_layout(const c10::OperatorHandle& op, torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, full_name(op.operator_name()), ": sparse and nested tensors "
-                              "are not supported on the neuron device. Keep them on the CPU, or "
-                              "convert them with .to_dense() before moving to neuron.");
+  TORCH_CHECK_NOT_IMPLEMENTED(false, full_name(op.operator_name()), ": sparse tensors are not "
+                              "supported on the neuron device. Keep them on the CPU, or convert them "
+                              "with .to_dense() before moving to neuron.");
 }
 
 at::Tensor refuse_forward_ad(const at::Tensor&, const at::Tensor&, int64_t) {
@@ -828,10 +829,6 @@ TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
-}
-
-TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
 }
 

@@ -2,6 +2,9 @@
 // table registers per operator, and the boxed CPU fallback for everything else.
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
 #include <string>
 
 namespace torch_neuronx {
@@ -12,6 +15,12 @@ namespace torch_neuronx {
 // with boolean index tensors are data-dependent (aten::index.Tensor).
 void register_native_op(const std::string& op, bool sync, const std::string& out_overload,
                         bool bool_index_sync);
+
+// The operator's name as users see it ("aten::add.Tensor").
+std::string full_name(const c10::OperatorName& name);
+// Checks and records a host execution of `op`: refuses complex numbers and (in strict mode) any
+// host execution, counts it in get_fallback_ops() and warns once per operator.
+void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason);
 
 void set_strict_fallback(bool strict);
 void set_retry_failed_kernels_on_cpu(bool retry);

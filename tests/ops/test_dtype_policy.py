@@ -1,5 +1,5 @@
 """Dtype and tensor-kind policies of the neuron device: float64 falls back to the CPU, native dtypes run
-as device kernels, complex/sparse/nested/forward-AD are rejected with clear errors, strict fallback
+as device kernels, complex/sparse/forward-AD are rejected with clear errors, strict fallback
 mode, cross-device checks and fallback tracking."""
 import os
 import subprocess
@@ -140,7 +140,7 @@ def test_native_dtypes_run_natively(dtype):
 
 
 # --------------------------------------------------------------------------------------------
-# complex / sparse / nested / forward AD
+# complex / sparse / forward AD
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make", [
@@ -171,43 +171,30 @@ def test_complex_creation_error_is_type_error():
     lambda: torch.eye(3).to_sparse().to(DEVICE),
     lambda: torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (2, 2), device=DEVICE),
     lambda: torch.eye(3, device=DEVICE).to_sparse(),
-    lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).to(DEVICE),
-], ids=["coo_to", "coo_ctor", "to_sparse", "nested_to"])
-def test_sparse_and_nested_rejected(make):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # nested prototype warning
-        with pytest.raises(NotImplementedError) as info:
-            make()
+], ids=["coo_to", "coo_ctor", "to_sparse"])
+def test_sparse_rejected(make):
+    with pytest.raises(NotImplementedError) as info:
+        make()
     message = str(info.value)
-    assert "sparse and nested tensors are not supported on the neuron device" in message
+    assert "sparse tensors are not supported on the neuron device" in message
     assert "to_dense" in message
 
 
-# PyTorch builds compressed-sparse and nested tensors for another device inside its own CPU
-# kernels (_to_copy of a CSR tensor, _nested_tensor_from_tensor_list), which a backend cannot
-# intercept; operations on the result raise instead (ours names the feature, PyTorch's
-# layout checks may come first).
+# PyTorch builds compressed-sparse tensors for another device inside its own CPU kernels
+# (_to_copy of a CSR tensor), which a backend cannot intercept; operations on the result raise
+# instead (ours names the feature, PyTorch's layout checks may come first).
 @pytest.mark.parametrize("layout", ["csr", "csc"])
 def test_sparse_compressed_tensors_are_refused_at_first_use(layout):
     src = torch.eye(3).to_sparse_csr() if layout == "csr" else torch.eye(3).to_sparse_csc()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t = src.to(DEVICE)
-        with pytest.raises(NotImplementedError, match="sparse and nested tensors are not supported"):
+        with pytest.raises(NotImplementedError, match="sparse tensors are not supported"):
             t.to_dense()
         for use in (lambda: t.cpu(), lambda: t + t):  # PyTorch's own layout checks fail first
             with pytest.raises(RuntimeError):
                 use()
     assert_same(torch.ones(3) * 2, torch.ones(3, device=DEVICE) * 2)  # the device still works
-
-
-def test_nested_tensors_are_refused_at_first_use():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        n = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], device=DEVICE)
-        for use in (lambda: n.cpu(), lambda: n + 1, lambda: n.to_padded_tensor(0.0)):
-            with pytest.raises(NotImplementedError, match="sparse and nested tensors are not supported"):
-                use()
 
 
 def test_forward_ad_rejected():

@@ -28,8 +28,8 @@ def _pair(make):
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
 @pytest.mark.parametrize("masks", ["none", "padding", "causal"])
 def test_transformer_encoder_eval(norm_first, masks):
-    # enable_nested_tensor=False: with a padding mask the default would build nested tensors,
-    # which the device does not hold (SPEC 1.4).
+    # enable_nested_tensor=False keeps the padding mask on these fused kernels; the default
+    # builds a nested tensor, whose layers run on the host (tests/ops/test_nested_tensors.py).
     cpu, dev = _pair(lambda: nn.TransformerEncoder(
         nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, norm_first=norm_first), 2,
         enable_nested_tensor=False))

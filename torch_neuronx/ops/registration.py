@@ -9,10 +9,12 @@ from .lowering_table import BOOL_INDEX_SYNC_OPS, LOWERINGS
 
 
 def register_lowerings() -> None:
-    """Register the native kernel of each table entry for the neuron dispatch key."""
+    """Register the native kernel of each table entry for the neuron dispatch key, and the nested
+    tensor kernel for the operators whose decomposition does not hold for nested tensors."""
     for entry in LOWERINGS:
         _C._register_native_op(entry.op, entry.mode == "sync", entry.out_overload or "",
                                entry.op in BOOL_INDEX_SYNC_OPS)
+    _C._register_nested_kernels()
 
 
 def apply_policies_from_env() -> None:
