@@ -18,9 +18,12 @@ namespace {
 std::atomic<KernelObserver> kernel_observer{nullptr};
 std::atomic<IdleRelease> idle_release{nullptr};
 thread_local bool tls_worker = false;
+thread_local int tls_executing = -1;  // the core whose kernel this thread is executing
 }
 
 bool on_worker_thread() { return tls_worker; }
+
+int executing_device() { return tls_executing; }
 
 void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; }
 
@@ -184,11 +187,14 @@ void HardwareQueue::execute(int stream, const std::function<void()>& fn, const L
                             const std::shared_ptr<std::exception_ptr>& capture) {
   const KernelObserver observer = kernel_observer.load();
   const Nanos start = observer ? now_ns() : 0;
+  const int outer = tls_executing;
+  tls_executing = device_;
   try {
     fn();
   } catch (...) {
     store_error(info, capture, std::current_exception());
   }
+  tls_executing = outer;
   if (observer) observer(device_, stream, info, start, now_ns());
 }
 

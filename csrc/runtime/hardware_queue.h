@@ -55,6 +55,9 @@ void set_kernel_observer(KernelObserver observer);
 // Whether the calling thread is a core's worker (the thread that executes kernels).
 bool on_worker_thread();
 
+// The core whose kernel the calling thread is executing (on the worker or inline), or -1.
+int executing_device();
+
 // Run by a worker before it sleeps, when a host thread asked it to (see `begin_inline`): frees
 // the worker's compute threads, which would otherwise compete with the host thread's.
 using IdleRelease = void (*)();

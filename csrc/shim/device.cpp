@@ -92,7 +92,12 @@ void release_host_openmp_threads() {
 
 void release_worker_openmp_threads() { pause_openmp_threads(); }
 
+// Called from inside a kernel of the core (a CPU fallback resizing an output), a synchronization
+// has nothing to wait for: the kernels before it have run, the ones after it cannot start.
+static bool inside_kernel_of(c10::DeviceIndex index) { return neuron_rt::executing_device() == index; }
+
 void synchronize_stream(const c10::Stream& stream) {
+  if (inside_kernel_of(stream.device_index())) return;
   release_host_openmp_threads();
   auto& c = core(stream.device_index());
   const profiler::SyncSpan span(stream.device_index(), "neuronStreamSynchronize");
@@ -101,6 +106,7 @@ void synchronize_stream(const c10::Stream& stream) {
 }
 
 void synchronize_device(c10::DeviceIndex index) {
+  if (inside_kernel_of(index)) return;
   release_host_openmp_threads();
   auto& c = core(index);
   const profiler::SyncSpan span(index, "neuronDeviceSynchronize");
@@ -149,6 +155,9 @@ static bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn
 
 static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::string name,
                         bool wait, neuron_rt::HostWork host) {
+  // A kernel asking its own core for more work (a CPU fallback copying its arguments): every
+  // earlier kernel has run and no later one has started, so the work runs here, in order.
+  if (inside_kernel_of(device)) return fn();
   const bool blocking = wait || neuron_rt::Runtime::get().topology().launch_blocking;
   if (run_if_idle(device, fn, name, host, blocking)) return;
   auto& c = core(device);
@@ -171,6 +180,15 @@ void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name,
 bool launch_inline(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
                    neuron_rt::HostWork host) {
   return run_if_idle(device, fn, name, host, neuron_rt::Runtime::get().topology().launch_blocking);
+}
+
+void without_gil(const std::function<void()>& f) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release nogil;
+    f();
+  } else {
+    f();
+  }
 }
 
 void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,

@@ -48,6 +48,10 @@ void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name,
 // the inline one (copies of what the caller may change), so they pay for it only when queued.
 bool launch_inline(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
                    neuron_rt::HostWork host);
+// Runs `f` with the interpreter lock released if the calling thread holds it: waiting on the
+// queue must not hold it, as Python kernels (compiled graphs, kernel-language ops) take it to run.
+void without_gil(const std::function<void()>& f);
+
 // Launch and wait for that kernel; its exception is rethrown here rather than deferred.
 void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,
                      neuron_rt::HostWork host = neuron_rt::HostWork::kNever);

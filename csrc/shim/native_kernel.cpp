@@ -10,6 +10,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -732,6 +733,21 @@ c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
 
 }  // namespace
 
+void run_as_kernel(c10::DeviceIndex device, const std::string& name, const std::function<void()>& body) {
+  raise_pending_error(core(device));
+  const at::ThreadLocalState state;
+  WarningCollector warnings;
+  without_gil([&] {
+    launch_and_wait(device, [&] {
+      const at::ThreadLocalStateGuard caller_state(state);
+      const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
+      const c10::DeviceGuard guard(c10::Device(kNeuron, device));
+      body();
+    }, name, neuron_rt::HostWork::kFollow);
+  });
+  for (const auto& w : warnings.warnings) c10::warn(w);  // as if the CPU kernel ran on this thread
+}
+
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason) {
   const std::string name = full_name(op.operator_name());
   const size_t n = op.schema().arguments().size();
@@ -758,19 +774,21 @@ void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
   note_fallback(op, *stack, reason);
   const size_t n = op.schema().arguments().size();
   const auto device = device_of(*stack, n);
-  synchronize_device(device);
-  profiler::FallbackSpan span(device, "cpu fallback: " + full_name(op.operator_name()));
+  const std::string name = "cpu fallback: " + full_name(op.operator_name());
+  profiler::FallbackSpan span(device, name);
   const std::vector<c10::IValue> inputs(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  at::native::cpu_fallback(op, stack);
-  span.set_args(inputs, c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - op.schema().returns().size()));
-  // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
-  // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).
   const size_t returns = op.schema().returns().size();
-  for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
-    auto& v = (*stack)[i];
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu())
-      v = v.toTensor().to(c10::Device(kNeuron, device));
-  }
+  run_as_kernel(device, name, [&] {
+    at::native::cpu_fallback(op, stack);
+    // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
+    // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).
+    for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
+      auto& v = (*stack)[i];
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu())
+        v = v.toTensor().to(c10::Device(kNeuron, device));
+    }
+  });
+  span.set_args(inputs, c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - returns));
 }
 
 void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

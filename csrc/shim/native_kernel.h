@@ -5,6 +5,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <functional>
 #include <string>
 
 namespace torch_neuronx {
@@ -21,6 +22,13 @@ std::string full_name(const c10::OperatorName& name);
 // Checks and records a host execution of `op`: refuses complex numbers and (in strict mode) any
 // host execution, counts it in get_fallback_ops() and warns once per operator.
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason);
+
+// Runs a CPU fallback's `body` (copies to the host, the CPU kernel, copies back) as one kernel of
+// `device`: on its worker, or on the calling thread when the compute threads are there (after a
+// compiled graph), so that the worker's and the host's OpenMP teams are not used in turn (each
+// switch cost ~1 ms). The copies the body asks for run inside it, in order; the caller's
+// thread-local state (grad mode, autocast, dispatch modes, current device) goes with it.
+void run_as_kernel(c10::DeviceIndex device, const std::string& name, const std::function<void()>& body);
 
 void set_strict_fallback(bool strict);
 void set_retry_failed_kernels_on_cpu(bool retry);

@@ -88,53 +88,57 @@ void to_copy(torch::jit::Stack* stack) {
   stack->emplace_back(std::move(copy));
 }
 
-// The operator on the host: arguments moved there (a `device` argument too), results moved to
-// the device the operator named or else to the arguments' device, mutated arguments written back.
+// The operator on the host, as one kernel of the core (see run_as_kernel): arguments moved there
+// (a `device` argument too), results moved to the device the operator named or else to the
+// arguments' device, mutated arguments written back.
 void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
+  const size_t returns = schema.returns().size();
   note_fallback(op, *stack, "nested tensors compute on the host");
   const std::vector<c10::IValue> originals(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
   const auto index = device_index(originals);
-  c10::Device target(kNeuron, index);
-  profiler::FallbackSpan span(index, "cpu fallback: " + full_name(schema.operator_name()));
-  std::vector<c10::IValue> host(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto& v = originals[i];
-    if (schema.arguments()[i].name() == "device" && v.isDevice()) {
-      target = with_index(v.toDevice());
-      host[i] = c10::Device(c10::kCPU);
-    } else {
-      host[i] = moved(v, c10::kCPU);
+  const std::string name = "cpu fallback: " + full_name(schema.operator_name());
+  profiler::FallbackSpan span(index, name);
+  run_as_kernel(index, name, [&] {
+    c10::Device target(kNeuron, index);
+    std::vector<c10::IValue> host(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& v = originals[i];
+      if (schema.arguments()[i].name() == "device" && v.isDevice()) {
+        target = with_index(v.toDevice());
+        host[i] = c10::Device(c10::kCPU);
+      } else {
+        host[i] = moved(v, c10::kCPU);
+      }
     }
-  }
-  torch::jit::drop(*stack, n);
-  stack->insert(stack->end(), host.begin(), host.end());
-  op.redispatchBoxed(kNestedCpuKeys, stack);
-  const size_t returns = schema.returns().size();
-  for (size_t j = 0; j < returns; ++j) {
-    auto& result = (*stack)[stack->size() - returns + j];
-    const auto* alias = schema.returns()[j].alias_info();
-    std::optional<size_t> written;
-    for (size_t i = 0; alias && alias->isWrite() && i < n; ++i) {
-      const auto* arg_alias = schema.arguments()[i].alias_info();
-      if (arg_alias && arg_alias->isWrite() && arg_alias->beforeSets() == alias->beforeSets()) written = i;
+    torch::jit::drop(*stack, n);
+    stack->insert(stack->end(), host.begin(), host.end());
+    op.redispatchBoxed(kNestedCpuKeys, stack);
+    for (size_t j = 0; j < returns; ++j) {
+      auto& result = (*stack)[stack->size() - returns + j];
+      const auto* alias = schema.returns()[j].alias_info();
+      std::optional<size_t> written;
+      for (size_t i = 0; alias && alias->isWrite() && i < n; ++i) {
+        const auto* arg_alias = schema.arguments()[i].alias_info();
+        if (arg_alias && arg_alias->isWrite() && arg_alias->beforeSets() == alias->beforeSets()) written = i;
+      }
+      result = written ? originals[*written] : moved(result, target);
     }
-    result = written ? originals[*written] : moved(result, target);
-  }
-  // In-place and out= operators wrote the host copies; their contents go back to the originals.
-  for (size_t i = 0; i < n; ++i) {
-    const auto* alias = schema.arguments()[i].alias_info();
-    if (!alias || !alias->isWrite() || !originals[i].isTensor() || originals[i].toTensor().is_cpu()) continue;
-    const at::Tensor& original = originals[i].toTensor();
-    const at::Tensor& host_copy = host[i].toTensor();
-    if (!original.is_nested()) {
-      original.copy_(host_copy);
-      continue;
+    // In-place and out= operators wrote the host copies; their contents go back to the originals.
+    for (size_t i = 0; i < n; ++i) {
+      const auto* alias = schema.arguments()[i].alias_info();
+      if (!alias || !alias->isWrite() || !originals[i].isTensor() || originals[i].toTensor().is_cpu()) continue;
+      const at::Tensor& original = originals[i].toTensor();
+      const at::Tensor& host_copy = host[i].toTensor();
+      if (!original.is_nested()) {
+        original.copy_(host_copy);
+        continue;
+      }
+      at::native::get_nested_tensor_impl(original)->get_unsafe_storage_as_tensor().copy_(
+          at::native::get_nested_tensor_impl(host_copy)->get_unsafe_storage_as_tensor());
     }
-    at::native::get_nested_tensor_impl(original)->get_unsafe_storage_as_tensor().copy_(
-        at::native::get_nested_tensor_impl(host_copy)->get_unsafe_storage_as_tensor());
-  }
+  });
   span.set_args(originals, torch::jit::last(*stack, returns));
 }
 

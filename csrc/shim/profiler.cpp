@@ -140,7 +140,11 @@ Collector& collector() {
   return *c;
 }
 
+// The launch token of a CPU fallback's kernel: its FallbackSpan records it, on its own lane.
+constexpr uint64_t kFallbackKernel = ~uint64_t{0};
+
 void on_kernel(int device, int stream, const neuron_rt::LaunchInfo& info, Nanos start, Nanos end) {
+  if (info.correlation == kFallbackKernel) return;
   collector().add({device, stream, info.name, 0, start, end, info.correlation, {}});
 }
 
@@ -224,18 +228,6 @@ class Sampler {
 std::mutex last_mu;
 std::vector<KernelArgs> last_args;
 std::vector<Sample> last_samples_;
-
-// Waiting on the queue must not hold the GIL: Python kernels (compiled graphs, kernel-language
-// ops) take it to run.
-template <class F>
-void without_gil(F&& f) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release nogil;
-    f();
-  } else {
-    f();
-  }
-}
 
 bool is_copy(const std::string& name) {
   return name.find("host to device") != std::string::npos ||
@@ -516,6 +508,7 @@ bool recording() { return recording_now.load(std::memory_order_relaxed); }
 
 uint64_t on_launch(int device) {
   if (!recording()) return 0;
+  if (tls_fallbacks) return kFallbackKernel;
   std::string args = std::exchange(tls_launch_args, {});  // only the first launch of a call has them
   auto& c = collector();
   std::lock_guard<std::mutex> lock(c.mu);

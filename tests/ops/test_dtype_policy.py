@@ -244,6 +244,59 @@ def test_fallback_grad_matches_cpu():
     assert_same(a.grad, da.grad, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["neuron:0", "neuron:1"])
+def test_a_fallback_runs_as_one_kernel_of_its_core(device):
+    # Its copies to and from the host run inside it, so the worker's compute threads and the
+    # host's are not used in turn (each switch cost ~1 ms).
+    a = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    x = a.to(device)
+    torch.neuron.synchronize(device)
+    before = torch_neuronx.runtime.kernel_counts(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = fallback_fn(x)
+    torch.neuron.synchronize(device)
+    after = torch_neuronx.runtime.kernel_counts(device)
+    assert sum(after.values()) - sum(before.values()) == 1
+    assert y.device == torch.device(device)
+    assert_same(fallback_fn(a), y)
+
+
+def test_a_fallback_keeps_the_callers_thread_state():
+    a = torch.randn(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.inference_mode():
+            expected, result = fallback_fn(a), fallback_fn(a.to(DEVICE))
+    assert result.is_inference() and expected.is_inference()
+    assert_same(expected, result)
+
+
+def test_a_fallbacks_warnings_reach_the_caller():
+    # The CPU kernel warns on the core's worker; the warning is raised where the operator was
+    # called, as on the CPU (here: an out= tensor of the wrong shape resized, float64 on the host).
+    x = torch.randn(4, dtype=torch.float64)
+    for device in ("cpu", DEVICE):
+        out = torch.empty(3, dtype=torch.float64, device=device)
+        with pytest.warns(UserWarning, match="was resized"):
+            torch.exp(x.to(device), out=out)
+        assert_same(torch.exp(x), out, check_device=False)
+
+
+def test_a_cpu_only_python_operator_falls_back():
+    # The fallback's kernel runs Python on the core's worker: the caller's thread lets go of
+    # the interpreter lock while it waits.
+    @torch.library.custom_op("neuron_tests::cpu_only_twice", mutates_args=(), device_types="cpu")
+    def cpu_only_twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    a = torch.randn(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(cpu_only_twice(a), cpu_only_twice(a.to(DEVICE)))
+    assert "neuron_tests::cpu_only_twice" in torch_neuronx.get_fallback_ops()
+
+
 def test_executed_ops_counts():
     torch_neuronx.clear_op_tracking()
     x = torch.ones(4, device=DEVICE)

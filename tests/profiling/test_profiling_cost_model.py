@@ -151,7 +151,8 @@ def test_a_fallbacks_copies_are_charged_to_the_fallback_only(tmp_path):
         torch.exp(x)
         ops = framework_ops(tmp_path, lambda: torch.exp(x))
     assert ops["aten::exp"]["estimated_bytes_moved"] == 2 * 1024 * 8  # read x, write the result
-    assert ops["aten::_copy_from"]["estimated_bytes_moved"] is None   # its copies: no second charge
+    # Its copies run inside the fallback's kernel: no second charge.
+    assert ops.get("aten::_copy_from", {}).get("estimated_bytes_moved") is None
 
 
 def _compiled_rows(tmp_path, fn) -> tuple[list[dict], dict]:
