@@ -80,10 +80,11 @@ void to_copy(torch::jit::Stack* stack) {
   const auto dtype = args[1].toOptional<c10::ScalarType>().value_or(self.scalar_type());
   const auto device = with_index(args[3].toOptional<c10::Device>().value_or(self.device()));
   const auto format = args[6].toOptional<c10::MemoryFormat>().value_or(c10::MemoryFormat::Preserve);
-  TORCH_CHECK(format == c10::MemoryFormat::Preserve, "aten::_to_copy: a nested tensor on the neuron "
-              "device is copied with its layout preserved; call .contiguous() on the copy instead "
-              "of passing memory_format=", format);
+  TORCH_CHECK(format == c10::MemoryFormat::Preserve || format == c10::MemoryFormat::Contiguous,
+              "aten::_to_copy: nested tensors support the preserve and contiguous memory formats, "
+              "not ", format);
   at::Tensor copy = converted(self, device, dtype);
+  if (format == c10::MemoryFormat::Contiguous) copy = copy.contiguous();
   torch::jit::drop(*stack, 7);
   stack->emplace_back(std::move(copy));
 }

@@ -54,6 +54,7 @@ def test_copies_are_copies_and_dtype_conversions_convert():
     copy.unbind()[0].zero_()
     assert_same_nested(cpu, dev)
     assert_same_nested(cpu.to(torch.bfloat16), dev.to(torch.bfloat16))
+    assert_same_nested(*(t.to(torch.float16, memory_format=torch.contiguous_format) for t in (cpu, dev)))
     assert dev.cpu().values().data_ptr() != cpu.values().data_ptr()
 
 
