@@ -103,8 +103,9 @@ py::list host_values(const py::list& values, HostAliases& alias) {
 // Host aliases of a graph's device tensors (its inputs, then a call's buffers), kept from the
 // previous call for every tensor that is where it was — same memory, layout and dtype:
 // parameters and optimizer state stay, and the allocator hands a training step's buffers the
-// same blocks every step (lowest address first). An alias only names memory, so it serves any tensor with that address and
-// layout. Aliases share a CPU storage exactly where the device tensors share one.
+// same blocks every step (lowest address first). An alias only names memory, so it serves any
+// tensor with that address and layout. Aliases share a CPU storage exactly where the device
+// tensors share one.
 class AliasCache {
  public:
   std::vector<at::Tensor> of(const std::vector<at::Tensor>& tensors) {

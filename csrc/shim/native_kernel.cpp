@@ -720,6 +720,8 @@ torch::Library& library() {
   return *lib;
 }
 
+}  // namespace
+
 c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
     const auto& v = stack[i];
@@ -731,9 +733,12 @@ c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
   return current_device();
 }
 
-}  // namespace
-
-void run_as_kernel(c10::DeviceIndex device, const std::string& name, const std::function<void()>& body) {
+void run_as_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                   const std::function<void()>& body) {
+  const std::string name = "cpu fallback: " + full_name(op.operator_name());
+  profiler::FallbackSpan span(device, name);
+  const std::vector<c10::IValue> inputs(stack->end() - static_cast<std::ptrdiff_t>(op.schema().arguments().size()),
+                                        stack->end());
   raise_pending_error(core(device));
   const at::ThreadLocalState state;
   WarningCollector warnings;
@@ -746,6 +751,7 @@ void run_as_kernel(c10::DeviceIndex device, const std::string& name, const std::
     }, name, neuron_rt::HostWork::kFollow);
   });
   for (const auto& w : warnings.warnings) c10::warn(w);  // as if the CPU kernel ran on this thread
+  span.set_args(inputs, torch::jit::last(*stack, op.schema().returns().size()));
 }
 
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason) {
@@ -772,13 +778,9 @@ namespace {
 
 void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   note_fallback(op, *stack, reason);
-  const size_t n = op.schema().arguments().size();
-  const auto device = device_of(*stack, n);
-  const std::string name = "cpu fallback: " + full_name(op.operator_name());
-  profiler::FallbackSpan span(device, name);
-  const std::vector<c10::IValue> inputs(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
+  const auto device = device_of(*stack, op.schema().arguments().size());
   const size_t returns = op.schema().returns().size();
-  run_as_kernel(device, name, [&] {
+  run_as_kernel(op, stack, device, [&] {
     at::native::cpu_fallback(op, stack);
     // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
     // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).
@@ -788,7 +790,6 @@ void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, co
         v = v.toTensor().to(c10::Device(kNeuron, device));
     }
   });
-  span.set_args(inputs, c10::ArrayRef<c10::IValue>(*stack).slice(stack->size() - returns));
 }
 
 void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

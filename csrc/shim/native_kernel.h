@@ -23,12 +23,19 @@ std::string full_name(const c10::OperatorName& name);
 // host execution, counts it in get_fallback_ops() and warns once per operator.
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason);
 
-// Runs a CPU fallback's `body` (copies to the host, the CPU kernel, copies back) as one kernel of
-// `device`: on its worker, or on the calling thread when the compute threads are there (after a
-// compiled graph), so that the worker's and the host's OpenMP teams are not used in turn (each
-// switch cost ~1 ms). The copies the body asks for run inside it, in order; the caller's
-// thread-local state (grad mode, autocast, dispatch modes, current device) goes with it.
-void run_as_kernel(c10::DeviceIndex device, const std::string& name, const std::function<void()>& body);
+// The device of the first neuron tensor among the last `n` values of `stack` (the current
+// device if there is none).
+c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n);
+
+// Runs a CPU fallback of `op` — `body`: copies to the host, the CPU kernel, copies back, on the
+// operator's arguments at the end of `stack` — as one kernel of `device`: on its worker, or on
+// the calling thread when the compute threads are there (after a compiled graph), so that the
+// worker's and the host's OpenMP teams are not used in turn (each switch cost ~1 ms). The copies
+// the body asks for run inside it, in order; the caller's thread-local state (grad mode,
+// autocast, dispatch modes, current device) goes with it, its warnings come back. Profiled as
+// the operator's `cpu fallback` span.
+void run_as_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                   const std::function<void()>& body);
 
 void set_strict_fallback(bool strict);
 void set_retry_failed_kernels_on_cpu(bool retry);

@@ -19,7 +19,6 @@
 
 #include "device.h"
 #include "native_kernel.h"
-#include "profiler.h"
 
 namespace torch_neuronx {
 namespace {
@@ -52,12 +51,6 @@ c10::IValue moved(const c10::IValue& v, c10::Device device) {
 
 c10::Device with_index(c10::Device device) {
   return device.type() == kNeuron && !device.has_index() ? c10::Device(kNeuron, current_device()) : device;
-}
-
-c10::DeviceIndex device_index(c10::ArrayRef<c10::IValue> args) {
-  for (const auto& v : args)
-    if (v.isTensor() && v.toTensor().device().type() == kNeuron) return v.toTensor().device().index();
-  return current_device();
 }
 
 // Views, and the accessors of a nested tensor's metadata (host tensors on every device): PyTorch's
@@ -98,10 +91,8 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t returns = schema.returns().size();
   note_fallback(op, *stack, "nested tensors compute on the host");
   const std::vector<c10::IValue> originals(stack->end() - static_cast<std::ptrdiff_t>(n), stack->end());
-  const auto index = device_index(originals);
-  const std::string name = "cpu fallback: " + full_name(schema.operator_name());
-  profiler::FallbackSpan span(index, name);
-  run_as_kernel(index, name, [&] {
+  const auto index = device_of(*stack, n);
+  run_as_kernel(op, stack, index, [&] {
     c10::Device target(kNeuron, index);
     std::vector<c10::IValue> host(n);
     for (size_t i = 0; i < n; ++i) {
@@ -140,7 +131,6 @@ void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
           at::native::get_nested_tensor_impl(host_copy)->get_unsafe_storage_as_tensor());
     }
   });
-  span.set_args(originals, torch::jit::last(*stack, returns));
 }
 
 void nested_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
