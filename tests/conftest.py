@@ -22,6 +22,56 @@ def _neff_cache_in_a_temp_dir(tmp_path_factory):
     del os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--reverse", action="store_true",
+                     help="run the collected tests in reverse order (tools/check_test_isolation.py: "
+                          "no test may depend on what an earlier one left behind)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--reverse"):
+        items.reverse()
+
+
+def _global_state() -> dict:
+    """What a test may change only through a scoped API, and must leave as it found it."""
+    import torch._dynamo.config
+    import torch._inductor.config
+    return {
+        # pytest's own variable, and those Inductor sets once per process on its first compile.
+        "environment": {k: v for k, v in os.environ.items()
+                        if k != "PYTEST_CURRENT_TEST" and not k.startswith("_TORCHINDUCTOR_")},
+        "default dtype": torch.get_default_dtype(),
+        "default device": torch.get_default_device(),
+        "grad mode": torch.is_grad_enabled(),
+        "torch._dynamo.config": torch._dynamo.config.get_config_copy(),
+        "torch._inductor.config": torch._inductor.config.get_config_copy(),
+        "torch.compiler default backend": torch.compiler.get_default_backend(),
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_global_state():
+    """Each test gets the CPU and neuron RNG back as they were, and fails if it leaves torch's
+    configuration, the environment, the default dtype/device or the grad mode changed."""
+    before = _global_state()
+    cpu_rng = torch.random.get_rng_state()
+    neuron_rng = torch.neuron.get_rng_state_all() if torch.neuron.is_initialized() else None
+    yield
+    torch.random.set_rng_state(cpu_rng)
+    if neuron_rng is not None:
+        torch.neuron.set_rng_state_all(neuron_rng)
+    after = _global_state()
+    changed = []
+    for name, value in before.items():
+        if isinstance(value, dict):
+            changed += [f"{name}[{k!r}]" for k in value.keys() | after[name].keys()
+                        if value.get(k, "<unset>") != after[name].get(k, "<unset>")]
+        elif after[name] != value:
+            changed.append(name)
+    assert not changed, f"the test left global state changed: {', '.join(sorted(changed))}"
+
+
 @pytest.fixture
 def device():
     """The neuron device name."""

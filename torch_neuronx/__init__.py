@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from . import _C
 from . import runtime
-from .runtime.topology import env_flag as _env_flag, from_env as _topology_from_env
+from .runtime.topology import env_flag as _env_flag, from_env_or_unavailable as _topology_from_env
 
 runtime.configure(_topology_from_env())
 torch.utils.rename_privateuse1_backend("neuron")
@@ -32,12 +32,9 @@ atexit.register(neuron._drain_at_exit)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
 torch.set_autocast_dtype("neuron", torch.bfloat16)
-# The autograd engine runs the backward nodes of every device but the CPU on a thread per device.
-# Our kernels are queued to the core's worker anyway, so that thread only adds two hand-offs to
-# each backward call (a trivial backward: 70 -> 19 µs): in the importing thread, backward runs
-# on the calling thread, as the CPU's does (docs/architecture.md).
-if not _env_flag(os.environ, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS"):
-    torch.autograd.set_multithreading_enabled(False)
+# The thread that first uses a neuron device runs backward on itself rather than on autograd's
+# device thread (csrc/shim/device.cpp); TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS=1 keeps them.
+_C._set_calling_thread_backward(not _env_flag(os.environ, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS"))
 
 from .ops import registration as _registration  # noqa: E402
 

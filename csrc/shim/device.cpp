@@ -1,11 +1,13 @@
 #include "device.h"
 
 #include <ATen/record_function.h>
+#include <c10/core/AutogradState.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -17,6 +19,8 @@ namespace {
 thread_local c10::DeviceIndex tls_device = 0;
 thread_local std::vector<c10::StreamId> tls_streams;  // current stream per device
 std::atomic<bool> capture_stack{false};
+std::atomic<bool> calling_thread_backward{true};
+std::once_flag first_use;
 
 template <class F>
 auto translate_runtime_errors(F&& f) -> decltype(f()) {
@@ -60,9 +64,20 @@ void set_current_stream(const c10::Stream& stream) {
   tls_streams[index] = stream.id();
 }
 
+void set_calling_thread_backward(bool enabled) { calling_thread_backward = enabled; }
+
 neuron_rt::Core& core(c10::DeviceIndex index) {
-  return translate_runtime_errors(
+  auto& c = translate_runtime_errors(
       [&]() -> neuron_rt::Core& { return neuron_rt::Runtime::get().core(index); });
+  // The autograd engine hands the backward of every non-CPU device to a thread per device; our
+  // kernels are queued to the core's worker anyway, so that thread only adds two hand-offs per
+  // backward node (docs/architecture.md). The thread that first uses a neuron device runs
+  // backward on itself instead, as the CPU's does. It is a thread-local setting, made here and
+  // not at import, so programs that never use the device keep PyTorch's behaviour.
+  std::call_once(first_use, [] {
+    if (calling_thread_backward) c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+  });
+  return c;
 }
 
 void raise_pending_error(neuron_rt::Core& c) {

@@ -23,8 +23,10 @@ void set_current_stream(const c10::Stream& stream);
 // Refuses dtypes the device does not hold (complex, quantized), naming the operation.
 void check_supported_dtype(c10::ScalarType dtype, const std::string& op);
 
-// The runtime core of a device; translates runtime exceptions into PyTorch errors.
+// The runtime core of a device; translates runtime exceptions into PyTorch errors. The first
+// call switches autograd multithreading off for the calling thread, unless disabled below.
 neuron_rt::Core& core(c10::DeviceIndex index);
+void set_calling_thread_backward(bool enabled);
 
 // Wait for `stream` (or the whole device) and raise any deferred kernel error.
 void synchronize_stream(const c10::Stream& stream);

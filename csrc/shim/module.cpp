@@ -65,6 +65,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_initialized", [&rt] { return rt.is_initialized(); });
   m.def("_in_bad_fork", [&rt] { return rt.in_bad_fork(); });
   m.def("_init", [](int device) { core(device); });
+  m.def("_set_calling_thread_backward", &set_calling_thread_backward);
   m.def("_current_device", [] { return current_device(); });
   m.def("_set_device", [](int device) { set_current_device(device); });
   m.def("_synchronize", [](int device) { synchronize_device(device); }, nogil);

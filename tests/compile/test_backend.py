@@ -28,11 +28,11 @@ def test_inference_and_gradients_match_cpu_eager():
         out = compiled(x.to("neuron"))
     assert out.device.type == "neuron"
     ref = cpu(x)
-    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.cpu(), ref)
     out.square().sum().backward()
     ref.square().sum().backward()
     for p, q in zip(cpu.parameters(), dev.parameters()):
-        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(q.grad.cpu(), p.grad)
 
 
 def test_compiled_graph_runs_as_one_kernel_without_host_copies():
@@ -69,7 +69,7 @@ def test_compiled_optimizer_step_matches_cpu_eager_as_one_kernel():
     assert eager == []
     # The fused update rounds differently from eager's separate foreach ops (lerp, addcmul).
     for p, q in zip(cpu.parameters(), dev.parameters()):
-        torch.testing.assert_close(q.cpu(), p, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(q.cpu(), p)
         for key in ("exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(dev_opt.state[q][key].cpu(), cpu_opt.state[p][key], rtol=1e-4, atol=1e-5)
 
@@ -107,7 +107,7 @@ def test_cpu_compilation_in_the_same_process_is_unaffected():
     dev(torch.randn(4, 16, device="neuron"))
     cpu_model = mlp()
     x = torch.randn(4, 16)
-    torch.testing.assert_close(torch.compile(cpu_model)(x), cpu_model(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.compile(cpu_model)(x), cpu_model(x))
 
 
 def test_new_shapes_compile_static_executables_while_cpu_inductor_goes_dynamic():
@@ -116,7 +116,7 @@ def test_new_shapes_compile_static_executables_while_cpu_inductor_goes_dynamic()
     cpu, dev = mlp(), torch.compile(mlp().to("neuron"), backend="neuron")
     for rows in (4, 6, 9):
         x = torch.randn(rows, 16)
-        torch.testing.assert_close(dev(x.to("neuron")).cpu(), cpu(x), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(dev(x.to("neuron")).cpu(), cpu(x))
     metrics = torch_neuronx.get_dynamo_metrics()
     # Per shape a forward and a backward (compiled with the forward for the cache) executable.
     assert metrics["recompilations"] == 2 and metrics["executables_compiled"] + metrics["cache_hits"] == 6
@@ -140,8 +140,9 @@ def nonzero_count(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.fixture
-def data_dependent_shapes(monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+def data_dependent_shapes():
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        yield
 
 
 def test_a_failing_stage_raises_naming_the_stage_and_the_node(data_dependent_shapes):
@@ -198,8 +199,9 @@ def test_a_failing_backward_compile_makes_the_whole_graph_run_eagerly(data_depen
 
 
 @pytest.fixture
-def recompile_limit_2(monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+def recompile_limit_2():
+    with torch._dynamo.config.patch(recompile_limit=2):
+        yield
 
 
 def test_shapes_over_the_recompile_limit_run_eagerly_with_a_warning(recompile_limit_2):
@@ -213,12 +215,12 @@ def test_shapes_over_the_recompile_limit_run_eagerly_with_a_warning(recompile_li
                 out = dev(x.to("neuron"))
         else:
             out = dev(x.to("neuron"))
-        torch.testing.assert_close(out.cpu(), cpu(x), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.cpu(), cpu(x))
     assert torch_neuronx.get_dynamo_metrics()["recompilations"] == 2
 
 
-def test_fail_on_recompile_limit_hit_raises_over_the_limit(recompile_limit_2, monkeypatch):
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
+@torch._dynamo.config.patch(fail_on_recompile_limit_hit=True)
+def test_fail_on_recompile_limit_hit_raises_over_the_limit(recompile_limit_2):
     dev = torch.compile(mlp().to("neuron"), backend="neuron")
     for rows in (4, 6, 9):
         dev(torch.randn(rows, 16, device="neuron"))

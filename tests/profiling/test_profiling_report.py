@@ -42,8 +42,8 @@ def profile_dir(tmp_path_factory) -> Path:
     return root
 
 
-def run_report(directory: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def run_report(directory: Path, *extra_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (*extra_path, REPO)))}
     return subprocess.run([sys.executable, "-m", "torch_neuronx.profiling.report", str(directory)],
                           capture_output=True, text=True, env=env, timeout=300)
 
@@ -57,6 +57,21 @@ def test_report_command_prints_hotspots_fallbacks_and_estimates(profile_dir):
     assert "ESTIMATED chip step time" in out and "ESTIMATED MFU" in out and "steps: 2" in out
     [run] = {p.parent for p in profile_dir.rglob("report.html")}
     assert (run / "report.png").stat().st_size > 0
+
+
+def test_report_without_matplotlib_writes_text_and_html_and_names_the_extra(profile_dir, tmp_path):
+    blocker = tmp_path / "matplotlib"  # found before the installed package: importing it fails
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('matplotlib blocked by the test')\n")
+    for old in profile_dir.rglob("report.*"):
+        old.unlink()
+    result = run_report(profile_dir, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Hotspots by measured device time" in result.stdout
+    assert "chart: not written: matplotlib is not installed" in result.stdout
+    assert "torch-neuronx-sim[report]" in result.stdout
+    [run] = {p.parent for p in profile_dir.rglob("report.html")}
+    assert not (run / "report.png").exists()
 
 
 def test_report_explains_a_missing_profile(tmp_path, capsys):

@@ -39,8 +39,16 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def _chart(ops: list[dict], summary: dict, path: Path) -> None:
-    import matplotlib
+MISSING_MATPLOTLIB = ("not written: matplotlib is not installed "
+                      "(pip install 'torch-neuronx-sim[report]' adds it)")
+
+
+def _chart(ops: list[dict], summary: dict, path: Path) -> str:
+    """Write the chart to ``path``; return where it is, or why it was not written."""
+    try:
+        import matplotlib
+    except ImportError:
+        return MISSING_MATPLOTLIB
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     families: dict[str, float] = {}
@@ -55,6 +63,7 @@ def _chart(ops: list[dict], summary: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+    return str(path)
 
 
 def build(profile_dir: Path) -> str:
@@ -81,7 +90,7 @@ def build(profile_dir: Path) -> str:
         f"ESTIMATED MFU: {'n/a' if mfu is None else f'{100 * mfu:.2f}%'}   "
         f"operators without an estimate: {summary['unestimated_ops']}",
     ]
-    _chart(ops, summary, profile_dir / "report.png")
+    chart = _chart(ops, summary, profile_dir / "report.png")
     (profile_dir / "report.html").write_text(_html(headline, header, hot_rows, fb_header, fb_rows))
 
     def table(head: tuple, rows: list[tuple]) -> list[str]:
@@ -89,7 +98,7 @@ def build(profile_dir: Path) -> str:
         return [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [head, *rows]]
     lines = [*headline, "", "Hotspots by measured device time:", *table(header, hot_rows), "",
              f"CPU fallbacks ({len(fallbacks)}):", *(table(fb_header, fb_rows) if fb_rows else ["none"]), "",
-             f"chart: {profile_dir / 'report.png'}", f"html: {profile_dir / 'report.html'}"]
+             f"chart: {chart}", f"html: {profile_dir / 'report.html'}"]
     return "\n".join(lines)
 
 

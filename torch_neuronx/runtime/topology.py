@@ -10,8 +10,9 @@ Simulator settings: ``TORCH_NEURONX_SIM_CHIPS`` (chips, default 1),
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GiB = 1 << 30
 
@@ -54,9 +55,21 @@ class Topology:
         return self.chip.physical_cores // self.logical_nc_config
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
 def env_flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
-    """A boolean environment variable: 1/true/yes/on; ``default`` when unset."""
-    return env.get(name, "1" if default else "0").strip().lower() in ("1", "true", "yes", "on")
+    """A boolean environment variable: 1/true/yes/on or 0/false/no/off; ``default`` when unset
+    or, with a warning naming the variable, when it holds anything else."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    warnings.warn(f"{name}={raw!r} is not a boolean (expected 1/0, true/false, yes/no or on/off); "
+                  f"using the default, {int(default)}.", RuntimeWarning, stacklevel=2)
+    return default
 
 
 def _int(env: dict[str, str], name: str, default: int) -> int:
@@ -90,6 +103,19 @@ def parse_core_list(spec: str, total: int) -> tuple[int, ...]:
     if len(set(cores)) != len(cores):
         raise ValueError(f"NEURON_RT_VISIBLE_CORES={spec!r} lists a core twice")
     return tuple(cores)
+
+
+def from_env_or_unavailable(env: dict[str, str] | None = None) -> Topology:
+    """The topology of :func:`from_env`; with a malformed variable, a warning naming it and a
+    topology without visible cores, so that ``import torch`` still works and the device reports
+    itself unavailable instead of silently using other cores than the user asked for."""
+    try:
+        return from_env(env)
+    except ValueError as error:
+        warnings.warn(f"torch_neuronx: {error}. The neuron device is unavailable in this process "
+                      "(torch.neuron.device_count() == 0); fix the variable and restart.",
+                      RuntimeWarning, stacklevel=2)
+        return replace(from_env({}), visible_cores=())
 
 
 def from_env(env: dict[str, str] | None = None) -> Topology:

@@ -272,7 +272,8 @@ def write_chart(rows, path):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"matplotlib is not installed: skipping the chart {path}")
+        print(f"matplotlib is not installed (pip install 'torch-neuronx-sim[report]' adds it): "
+              f"skipping the chart {path}")
         return False
     fam = collections.defaultdict(lambda: {"enabled": 0, "pass": 0, "ops": set(), "native_ops": set(),
                                            "fb_ops": set()})
