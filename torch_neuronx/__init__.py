@@ -41,18 +41,15 @@ from .ops import registration as _registration  # noqa: E402
 _registration.register_lowerings()
 _registration.apply_policies_from_env()
 
-from .neuron import (Event, Stream, empty_cache, max_memory_allocated, max_memory_reserved,  # noqa: E402
-                     memory_allocated, memory_reserved, memory_stats, memory_summary,
-                     reset_peak_memory_stats, synchronize, device_count, current_device, set_device)
+# Scripts written for the published backend call the device functions on torch_neuronx itself.
+from .neuron import *  # noqa: E402,F401,F403
 from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 from .ops.registration import set_strict_fallback  # noqa: E402
+from . import utils  # noqa: E402
 
 __all__ = [
-    "Stream", "Event", "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
-    "set_strict_fallback", "synchronize", "device_count", "current_device", "set_device",
-    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
-    "memory_stats", "memory_summary", "reset_peak_memory_stats", "empty_cache", "nki_op",
-    "get_dynamo_metrics", "reset_dynamo_metrics",
+    *neuron.__all__, "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
+    "set_strict_fallback", "nki_op", "get_dynamo_metrics", "reset_dynamo_metrics", "utils",
 ]
 
 

@@ -11,7 +11,7 @@ namespace neuron_rt {
 
 Nanos now_ns() {
   using namespace std::chrono;
-  return duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
+  return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
 }
 
 namespace {

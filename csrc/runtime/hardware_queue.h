@@ -25,6 +25,8 @@
 namespace neuron_rt {
 
 using Nanos = int64_t;
+// Monotonic time (steady_clock): event timing and kernel intervals never jump with the wall
+// clock. The profiler converts it to its own clock for traces.
 Nanos now_ns();
 
 // A marker in a stream. `record` bumps `recorded`; the worker sets `completed` when it

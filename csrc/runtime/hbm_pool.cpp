@@ -8,7 +8,9 @@ namespace neuron_rt {
 namespace {
 constexpr size_t kMinBlock = 512;           // same rounding as the CUDA caching allocator
 constexpr size_t kAlignment = 64;           // CPU kernels vectorise on 64-byte boundaries
-constexpr size_t kSmallLimit = 1 << 20;     // blocks below 1 MiB are reused only at equal size
+constexpr size_t kSmallSize = 1 << 20;      // the small pool's blocks, as CUDA's: at most 1 MiB
+
+bool is_small(size_t block_size) { return block_size <= kSmallSize; }
 
 std::string mib(size_t bytes) {
   std::ostringstream s;
@@ -29,6 +31,24 @@ void Stat::decrease(int64_t amount) {
   freed += amount;
 }
 
+void PoolStat::increase(size_t block_size, int64_t amount) {
+  all.increase(amount);
+  (is_small(block_size) ? small_pool : large_pool).increase(amount);
+}
+
+void PoolStat::decrease(size_t block_size, int64_t amount) {
+  all.decrease(amount);
+  (is_small(block_size) ? small_pool : large_pool).decrease(amount);
+}
+
+void PoolStat::reset_peak() {
+  for (Stat* s : {&all, &small_pool, &large_pool}) s->reset_peak();
+}
+
+void PoolStat::reset_accumulated() {
+  for (Stat* s : {&all, &small_pool, &large_pool}) s->reset_accumulated();
+}
+
 size_t HbmPool::round_size(size_t nbytes) {
   return ((nbytes + kMinBlock - 1) / kMinBlock) * kMinBlock;
 }
@@ -43,28 +63,29 @@ HbmPool::~HbmPool() {
 Block* HbmPool::allocate(size_t nbytes) {
   const size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
-  // Best fit among cached blocks; a small request never takes a much larger block.
+  // Best fit among cached blocks; a small block is reused only at its size, and a large
+  // request never takes a much larger block.
   auto it = cached_.lower_bound({size, 0});
-  const size_t limit = size < kSmallLimit ? size : size + size / 2;
+  const size_t limit = is_small(size) ? size : size + size / 2;
   Block* block = nullptr;
   if (it != cached_.end() && it->first.first <= limit) {
     block = it->second;
     cached_.erase(it);
   } else {
-    if (stats_.reserved_bytes.current + static_cast<int64_t>(size) >
+    if (stats_.reserved_bytes.all.current + static_cast<int64_t>(size) >
         static_cast<int64_t>(capacity_)) {
       stats_.num_alloc_retries++;
       release_cached_locked();
     }
     void* ptr = nullptr;
-    const bool fits = stats_.reserved_bytes.current + static_cast<int64_t>(size) <=
+    const bool fits = stats_.reserved_bytes.all.current + static_cast<int64_t>(size) <=
                       static_cast<int64_t>(capacity_);
     if (!fits || posix_memalign(&ptr, kAlignment, size) != 0) {
       stats_.num_ooms++;
       std::ostringstream msg;
       msg << "neuron:" << device_ << " is out of memory: tried to allocate " << mib(size)
-          << " (" << size << " bytes); " << mib(stats_.allocated_bytes.current)
-          << " allocated, " << mib(stats_.reserved_bytes.current) << " reserved, capacity "
+          << " (" << size << " bytes); " << mib(stats_.allocated_bytes.all.current)
+          << " allocated, " << mib(stats_.reserved_bytes.all.current) << " reserved, capacity "
           << mib(capacity_) << (fits ? " (host memory exhausted)" : "")
           << ". Free tensors you no longer need, use a smaller batch, or spread the model"
              " over more cores.";
@@ -72,26 +93,28 @@ Block* HbmPool::allocate(size_t nbytes) {
     }
     block = new Block{this, ptr, size, 0, device_};
     live_[ptr] = block;
-    stats_.segment.increase(1);
-    stats_.reserved_bytes.increase(size);
+    stats_.segment.increase(size, 1);
+    stats_.reserved_bytes.increase(size, size);
     stats_.num_device_alloc++;
   }
   block->requested = nbytes;
-  stats_.allocation.increase(1);
-  stats_.active.increase(1);
-  stats_.allocated_bytes.increase(block->size);
-  stats_.active_bytes.increase(block->size);
-  stats_.requested_bytes.increase(nbytes);
+  const size_t bs = block->size;
+  stats_.allocation.increase(bs, 1);
+  stats_.active.increase(bs, 1);
+  stats_.allocated_bytes.increase(bs, bs);
+  stats_.active_bytes.increase(bs, bs);
+  stats_.requested_bytes.increase(bs, nbytes);
   return block;
 }
 
 void HbmPool::free(Block* block) {
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.allocation.decrease(1);
-  stats_.active.decrease(1);
-  stats_.allocated_bytes.decrease(block->size);
-  stats_.active_bytes.decrease(block->size);
-  stats_.requested_bytes.decrease(block->requested);
+  const size_t bs = block->size;
+  stats_.allocation.decrease(bs, 1);
+  stats_.active.decrease(bs, 1);
+  stats_.allocated_bytes.decrease(bs, bs);
+  stats_.active_bytes.decrease(bs, bs);
+  stats_.requested_bytes.decrease(bs, block->requested);
   cached_.emplace(std::make_pair(block->size, reinterpret_cast<uintptr_t>(block->ptr)), block);
 }
 
@@ -99,8 +122,8 @@ void HbmPool::release_cached_locked() {
   for (auto& [key, block] : cached_) {
     live_.erase(block->ptr);
     std::free(block->ptr);
-    stats_.segment.decrease(1);
-    stats_.reserved_bytes.decrease(block->size);
+    stats_.segment.decrease(block->size, 1);
+    stats_.reserved_bytes.decrease(block->size, block->size);
     stats_.num_device_free++;
     delete block;
   }
@@ -127,18 +150,19 @@ PoolStats HbmPool::stats() const {
   return stats_;
 }
 
+std::array<PoolStat*, 7> HbmPool::all_stats_locked() {
+  return {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+          &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes};
+}
+
 void HbmPool::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Stat* s : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
-                  &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
-    s->reset_peak();
+  for (PoolStat* s : all_stats_locked()) s->reset_peak();
 }
 
 void HbmPool::reset_accumulated() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Stat* s : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
-                  &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes})
-    s->reset_accumulated();
+  for (PoolStat* s : all_stats_locked()) s->reset_accumulated();
   stats_.num_alloc_retries = stats_.num_ooms = 0;
   stats_.num_device_alloc = stats_.num_device_free = 0;
 }
@@ -150,7 +174,7 @@ void HbmPool::set_capacity(size_t capacity) {
 
 size_t HbmPool::reserved() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_.reserved_bytes.current;
+  return stats_.reserved_bytes.all.current;
 }
 
 }  // namespace neuron_rt

@@ -5,6 +5,7 @@
 // allocator enforces the physical limit.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -24,8 +25,18 @@ struct Stat {
   void reset_accumulated() { allocated = freed = 0; }
 };
 
+// A statistic over all blocks and split by pool, as CUDA's caching allocator splits it: the
+// small pool holds blocks of at most 1 MiB, the large pool the rest.
+struct PoolStat {
+  Stat all, small_pool, large_pool;
+  void increase(size_t block_size, int64_t amount);
+  void decrease(size_t block_size, int64_t amount);
+  void reset_peak();
+  void reset_accumulated();
+};
+
 struct PoolStats {
-  Stat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+  PoolStat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
       requested_bytes;
   int64_t num_alloc_retries = 0, num_ooms = 0, num_device_alloc = 0, num_device_free = 0;
 };
@@ -69,6 +80,7 @@ class HbmPool {
 
  private:
   void release_cached_locked();
+  std::array<PoolStat*, 7> all_stats_locked();
 
   const int device_;
   size_t capacity_;

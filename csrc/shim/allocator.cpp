@@ -25,9 +25,11 @@ c10::CachingAllocator::Stat to_c10(const neuron_rt::Stat& s) {
   return out;
 }
 
-void fill(c10::CachingAllocator::StatArray& array, const neuron_rt::Stat& s) {
-  for (auto& entry : array) entry = to_c10(s);  // one pool: "all" == "large_pool"
-  array[static_cast<size_t>(c10::CachingAllocator::StatType::SMALL_POOL)] = {};
+void fill(c10::CachingAllocator::StatArray& array, const neuron_rt::PoolStat& s) {
+  using c10::CachingAllocator::StatType;
+  array[static_cast<size_t>(StatType::AGGREGATE)] = to_c10(s.all);
+  array[static_cast<size_t>(StatType::SMALL_POOL)] = to_c10(s.small_pool);
+  array[static_cast<size_t>(StatType::LARGE_POOL)] = to_c10(s.large_pool);
 }
 
 class NeuronAllocator final : public c10::DeviceAllocator {

@@ -15,9 +15,29 @@ namespace {
 
 using EventPtr = std::shared_ptr<neuron_rt::Event>;
 
-// Streams from the global pool (torch.Stream without a priority goes through getNewStream;
-// c10 code asks the pool). Created once per device and reused round-robin, like CUDA.
-constexpr int kPoolSize = 4;
+// Streams come from a pool per device and priority, as CUDA's do (torch.Stream(),
+// torch.neuron.Stream() and c10's getStreamFromGlobalPool alike): libraries create streams per
+// call, and each stream of a core is scanned by its queue for as long as the process lives.
+// A pool's streams are created on first use and handed out round-robin.
+constexpr int kStreamsPerPool = 32;
+
+c10::Stream pooled_stream(c10::Device d, bool high_priority) {
+  if (!d.has_index()) d = c10::Device(kNeuron, current_device());
+  auto& c = core(d.index());  // checks the index
+  static std::mutex mu;
+  static std::vector<std::vector<int>> pools[2];  // [priority][device] -> stream ids
+  static std::vector<size_t> next[2];
+  std::lock_guard<std::mutex> lock(mu);
+  auto& pool = pools[high_priority];
+  if (pool.size() <= static_cast<size_t>(d.index())) {
+    pool.resize(d.index() + 1);
+    next[high_priority].resize(d.index() + 1, 0);
+  }
+  auto& ids = pool[d.index()];
+  const size_t slot = next[high_priority][d.index()]++ % kStreamsPerPool;
+  if (slot == ids.size()) ids.push_back(c.queue.create_stream(high_priority ? -1 : 0));
+  return c10::Stream(c10::Stream::UNSAFE, d, ids[slot]);
+}
 
 class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
@@ -47,26 +67,10 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, d.has_index() ? d.index() : current_device()), 0);
   }
   c10::Stream getNewStream(c10::Device d, int priority) const override {
-    if (!d.has_index()) d = c10::Device(kNeuron, current_device());
-    const int id = core(d.index()).queue.create_stream(priority);
-    return c10::Stream(c10::Stream::UNSAFE, d, id);
+    return pooled_stream(d, priority < 0);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
-    if (!d.has_index()) d = c10::Device(kNeuron, current_device());
-    static std::mutex mu;
-    static std::vector<std::vector<int>> pools[2];
-    static std::vector<int> next[2];
-    std::lock_guard<std::mutex> lock(mu);
-    auto& pool = pools[high_priority];
-    if (pool.size() <= static_cast<size_t>(d.index())) {
-      pool.resize(d.index() + 1);
-      next[high_priority].resize(d.index() + 1, 0);
-    }
-    if (pool[d.index()].empty())
-      for (int i = 0; i < kPoolSize; ++i)
-        pool[d.index()].push_back(core(d.index()).queue.create_stream(high_priority ? -1 : 0));
-    const int id = pool[d.index()][next[high_priority][d.index()]++ % kPoolSize];
-    return c10::Stream(c10::Stream::UNSAFE, d, id);
+    return pooled_stream(d, high_priority);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     const auto old = current_stream(s.device_index());

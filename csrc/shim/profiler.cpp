@@ -178,8 +178,8 @@ Sample take_sample() {
   auto& rt = neuron_rt::Runtime::get();
   for (int i = 0; i < rt.device_count(); ++i) {
     const bool used = rt.core_initialized(i);
-    s.hbm_allocated_bytes.push_back(used ? rt.core(i).pool.stats().allocated_bytes.current : 0);
-    s.hbm_reserved_bytes.push_back(used ? rt.core(i).pool.stats().reserved_bytes.current : 0);
+    s.hbm_allocated_bytes.push_back(used ? rt.core(i).pool.stats().allocated_bytes.all.current : 0);
+    s.hbm_reserved_bytes.push_back(used ? rt.core(i).pool.stats().reserved_bytes.all.current : 0);
   }
   return s;
 }
@@ -278,6 +278,8 @@ class Session final : public libkineto::IActivityProfilerSession {
 
   void start() override {
     session_number++;
+    // The runtime times kernels on a monotonic clock; the trace uses the profiler's (wall) clock.
+    clock_offset_ = c10::getTime() - neuron_rt::now_ns();
     if (modes_.cpu_util || modes_.host_memory) sampler_.start();
     recording_now = true;
     neuron_rt::set_kernel_observer(&on_kernel);
@@ -306,7 +308,8 @@ class Session final : public libkineto::IActivityProfilerSession {
     }
     std::vector<KernelArgs> args;
     for (const Record& r : records_)
-      if (!r.args.empty()) args.push_back({r.device, r.start, r.args});
+      if (!r.args.empty()) args.push_back({r.device, r.start + clock_offset_, r.args});
+    for (Sample& sample : samples) sample.time += clock_offset_;
     std::lock_guard<std::mutex> lock(last_mu);
     last_args = std::move(args);
     last_samples_ = std::move(samples);
@@ -395,8 +398,8 @@ class Session final : public libkineto::IActivityProfilerSession {
                                                 libkineto::getLinkedActivityCallback& linked_activity) {
     buffer_->emplace_activity(buffer_->span, type, name);
     auto& a = *buffer_->activities.back();
-    a.startTime = start;
-    a.endTime = end;
+    a.startTime = start + clock_offset_;
+    a.endTime = end + clock_offset_;
     a.id = static_cast<int32_t>(correlation);
     a.linked = correlation ? linked_activity(static_cast<int32_t>(correlation)) : nullptr;
     return a;
@@ -421,6 +424,7 @@ class Session final : public libkineto::IActivityProfilerSession {
   std::vector<Record> records_;
   std::vector<HostEvent> host_events_;
   size_t dropped_ = 0;
+  Nanos clock_offset_ = 0;  // profiler clock - runtime clock, taken at start()
   std::unique_ptr<libkineto::CpuTraceBuffer> buffer_;
 };
 

@@ -274,6 +274,24 @@ def test_torch_neuronx_helpers():
     assert torch_neuronx.memory_allocated(0) == torch.neuron.memory_allocated(0)
 
 
+def test_every_public_name_of_torch_neuron_is_reachable_from_torch_neuronx():
+    public = [n for n in dir(torch.neuron) if not n.startswith("_")  # ours, not imported helpers
+              and getattr(getattr(torch.neuron, n), "__module__", "").startswith("torch_neuronx")]
+    assert {"current_stream", "default_stream", "get_device_properties", "is_available",
+            "get_device_name", "reset_accumulated_memory_stats", "mem_get_info"} <= set(public)
+    missing = [n for n in public if getattr(torch_neuronx, n, None) is not getattr(torch.neuron, n)]
+    assert not missing, missing
+    assert set(public) <= set(torch.neuron.__all__) <= set(torch_neuronx.__all__)
+
+
+def test_published_utils_helpers_report_the_topology(tmp_path):
+    from torch_neuronx.utils import get_logical_neuron_cores, is_sync_mode_enabled
+    assert is_sync_mode_enabled() is False and get_logical_neuron_cores() == 2
+    out = run_script(tmp_path, "from torch_neuronx import utils; print(utils.is_sync_mode_enabled(), "
+                     "utils.get_logical_neuron_cores())", NEURON_LAUNCH_BLOCKING="1", NEURON_LOGICAL_NC_CONFIG="1")
+    assert out.stdout.split() == ["True", "1"], out.stderr
+
+
 # ---------------------------------------------------------------------------- fork safety
 
 def test_fork_after_use_is_refused_and_spawn_works(tmp_path):

@@ -417,3 +417,23 @@ def test_pinned_host_memory_and_non_blocking_copies():
     assert torch.equal(back, x)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=16, pin_memory=True)
     assert all(batch.is_pinned() for (batch,) in loader)
+
+
+def test_statistics_split_small_and_large_pools_as_cuda():
+    """Blocks of at most 1 MiB are the small pool, larger ones the large pool; "all" is their sum."""
+    torch.neuron.synchronize(2)
+    before = torch.neuron.memory_stats(2)
+    small = torch.empty(1000, device="neuron:2")          # 4,000 bytes -> a 4,096-byte block
+    large = torch.empty(1 << 20, device="neuron:2")       # 4 MiB
+    after = torch.neuron.memory_stats(2)
+
+    def grew(key: str) -> int:
+        return after[key] - before[key]
+    assert grew("allocated_bytes.small_pool.current") == 4096
+    assert grew("allocated_bytes.large_pool.current") == 4 << 20
+    assert grew("allocated_bytes.all.current") == 4096 + (4 << 20)
+    assert grew("allocation.small_pool.current") == 1 and grew("allocation.large_pool.current") == 1
+    for stat in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "allocation", "segment"):
+        assert after[f"{stat}.all.current"] == (after[f"{stat}.small_pool.current"]
+                                               + after[f"{stat}.large_pool.current"]), stat
+    del small, large

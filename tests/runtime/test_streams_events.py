@@ -213,6 +213,22 @@ def test_priorities():
     assert r.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
 
 
+def test_streams_come_from_a_bounded_pool_per_priority_as_on_cuda():
+    """Libraries create streams per call: like CUDA's, they are 32 per device and priority,
+    handed out round-robin, so a loop of Stream() does not grow what every dequeue scans."""
+    normal = {torch.neuron.Stream(device=3).stream_id for _ in range(100)}
+    normal |= {torch.Stream(device="neuron:3").stream_id for _ in range(100)}
+    high = {torch.neuron.Stream(device=3, priority=-1).stream_id for _ in range(100)}
+    assert len(normal) == 32 and len(high) == 32 and not normal & high and 0 not in normal | high
+    assert {torch.neuron.Stream(device=3, priority=-1).priority for _ in range(40)} == {-1}
+    assert {torch.neuron.Stream(device=3).priority for _ in range(40)} == {0}
+    with torch.neuron.device(3):
+        for _ in range(40):  # a reused stream keeps its order
+            with torch.neuron.stream(torch.neuron.Stream()):
+                x = torch.arange(4.0, device="neuron:3") + 1
+            assert x.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
 def test_set_stream():
     s = torch.neuron.Stream()
     torch.neuron.set_stream(s)
