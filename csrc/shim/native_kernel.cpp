@@ -8,6 +8,8 @@
 // device memory, on the core's hardware-queue thread.
 #include "native_kernel.h"
 
+#include <pybind11/pybind11.h>
+#include <frameobject.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ThreadLocalState.h>
@@ -22,6 +24,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "allocator.h"
@@ -754,6 +757,23 @@ void run_as_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10:
   span.set_args(inputs, torch::jit::last(*stack, op.schema().returns().size()));
 }
 
+// PyTorch's tensor printing (torch/_tensor_str.py) computes the format of any floating tensor
+// in float64 on the tensor's device. Those operators are not the user's: they run on the host
+// without a warning or a record, also in strict mode.
+static bool called_by_tensor_printing() {
+  // Operators called from Python run with the interpreter lock released; the calling thread's
+  // Python state (and its innermost frame) comes back with it. Threads Python never saw have none.
+  if (!Py_IsInitialized() || neuron_rt::on_worker_thread() || !PyGILState_GetThisThreadState()) return false;
+  pybind11::gil_scoped_acquire gil;
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  if (!frame) return false;
+  PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  const bool printing = file && std::string_view(file).ends_with("torch/_tensor_str.py");
+  Py_DECREF(code);
+  return printing;
+}
+
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason) {
   const std::string name = full_name(op.operator_name());
   const size_t n = op.schema().arguments().size();
@@ -761,6 +781,7 @@ void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack
     const auto& v = stack[i];
     if (v.isTensor() && v.toTensor().defined()) check_supported_dtype(v.toTensor().scalar_type(), name);
   }
+  if (reason == kFloat64Reason && called_by_tensor_printing()) return;
   TORCH_CHECK(!strict_fallback, "neuron: operator '", name, "' would fall back to the CPU (", reason,
               ") but TORCH_NEURONX_STRICT_FALLBACK=1 forbids host execution. Unset it to allow the "
               "fallback, or keep this computation on the CPU.");
@@ -853,6 +874,19 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_make_dual", refuse_forward_ad);
+  // The compressed-sparse constructors (torch.sparse_csr/csc/bsr/bsc_tensor(..., device="neuron")
+  // all build through these): PyTorch makes the tensor without reaching a backend kernel, so the
+  // refusal sits at the constructor.
+  for (const char* ctor : {"sparse_compressed_tensor.comp_plain_value_size",
+                           "sparse_compressed_tensor.comp_plain_value"})
+    m.impl(ctor, torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
+}
+
+// Dense-to-sparse conversions on the device are refused before they compute anything.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* conversion : {"_to_sparse", "_to_sparse.sparse_dim", "_to_sparse_csr", "_to_sparse_csc",
+                                 "_to_sparse_bsr", "_to_sparse_bsc"})
+    m.impl(conversion, torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
 }
 
 }  // namespace torch_neuronx

@@ -120,7 +120,8 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 // Copies between host and device, or between cores. Host to device stages the source so
 // the caller may reuse its buffer at once and the copy stays ordered on the queue; device
-// to host waits for the current stream, as a blocking cudaMemcpy does.
+// to host waits for the current stream, as a blocking cudaMemcpy does, except into pinned
+// memory with non_blocking=True.
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   static OpCounter& copies = native_counter("aten::_copy_from");
   copies.launches++;
@@ -129,6 +130,11 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     auto staging = src.clone();
     launch(dst.device().index(), [dst = snapshot(dst), staging] { host_alias(dst).copy_(staging); },
            "aten::_copy_from (host to device)", neuron_rt::HostWork::kFollow);
+  } else if (dst.is_cpu() && non_blocking && dst.is_pinned()) {
+    // As cudaMemcpyAsync into page-locked memory: queued on the current stream, the caller goes
+    // on; the data is there once the stream is synchronized or an event recorded after it completes.
+    launch(src.device().index(), [src = snapshot(src), dst] { dst.copy_(host_alias(src)); },
+           "aten::_copy_from (device to host, non-blocking)", neuron_rt::HostWork::kFollow);
   } else if (dst.is_cpu()) {
     const auto device = src.device().index();
     // Below ATen's parallel grain the copy runs on one thread: on an idle core, right here.

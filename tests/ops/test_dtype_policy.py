@@ -180,11 +180,40 @@ def test_sparse_rejected(make):
     assert "to_dense" in message
 
 
-# PyTorch builds compressed-sparse tensors for another device inside its own CPU kernels
-# (_to_copy of a CSR tensor), which a backend cannot intercept; operations on the result raise
-# instead (ours names the feature, PyTorch's layout checks may come first).
+SPARSE_REFUSALS = {
+    "to_sparse_csr": lambda: torch.eye(3, device=DEVICE).to_sparse_csr(),
+    "to_sparse_csc": lambda: torch.eye(3, device=DEVICE).to_sparse_csc(),
+    "to_sparse_bsr": lambda: torch.eye(4, device=DEVICE).to_sparse_bsr((2, 2)),
+    "to_sparse_bsc": lambda: torch.eye(4, device=DEVICE).to_sparse_bsc((2, 2)),
+    "to_sparse_layout": lambda: torch.eye(3, device=DEVICE).to_sparse(layout=torch.sparse_csr),
+    "csr_ctor": lambda: torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2),
+                                                (2, 2), device=DEVICE),
+    "csr_ctor_device_args": lambda: torch.sparse_csr_tensor(*(t.to(DEVICE) for t in (
+        torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2)))),
+    "csc_ctor": lambda: torch.sparse_csc_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2),
+                                                (2, 2), device=DEVICE),
+    "bsr_ctor": lambda: torch.sparse_bsr_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 2, 2),
+                                                (2, 2), device=DEVICE),
+    "bsc_ctor": lambda: torch.sparse_bsc_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 2, 2),
+                                                (2, 2), device=DEVICE),
+}
+
+
+@pytest.mark.parametrize("make", SPARSE_REFUSALS.values(), ids=SPARSE_REFUSALS.keys())
+def test_compressed_sparse_layouts_are_refused_at_creation(make):
+    torch_neuronx.clear_op_tracking()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's "sparse CSR support is in beta state"
+        with pytest.raises(NotImplementedError, match="sparse tensors are not supported on the neuron device"):
+            make()
+    assert torch_neuronx.get_fallback_ops() == {}  # refused before computing anything
+    assert_same(torch.ones(3) * 2, torch.ones(3, device=DEVICE) * 2)  # the device still works
+
+
+# PyTorch's own CPU kernel makes a compressed-sparse tensor for another device when a CPU one is
+# moved (_to_copy of a CSR tensor), without reaching a backend kernel; its first use is refused.
 @pytest.mark.parametrize("layout", ["csr", "csc"])
-def test_sparse_compressed_tensors_are_refused_at_first_use(layout):
+def test_a_moved_cpu_compressed_tensor_is_refused_at_first_use(layout):
     src = torch.eye(3).to_sparse_csr() if layout == "csr" else torch.eye(3).to_sparse_csc()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -195,6 +224,39 @@ def test_sparse_compressed_tensors_are_refused_at_first_use(layout):
             with pytest.raises(RuntimeError):
                 use()
     assert_same(torch.ones(3) * 2, torch.ones(3, device=DEVICE) * 2)  # the device still works
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool])
+def test_printing_a_device_tensor_runs_no_fallback_even_in_strict_mode(dtype):
+    """PyTorch's formatter computes in float64 on the tensor's device; those are not the user's
+    operators: no warning, no recorded fallback, and strict mode still prints."""
+    torch.manual_seed(0)
+    values = [torch.randn(3, 4), torch.tensor([1e-8, 1e9, float("inf"), float("nan"), 0.0]), torch.arange(6.0)]
+    torch_neuronx.clear_op_tracking()
+    torch_neuronx.set_strict_fallback(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for cpu in (v.to(dtype) for v in values):
+                shown = repr(cpu.to(DEVICE))
+                # the same text as the CPU's, with the device among the suffixes
+                unspaced = "".join(shown.split())
+                without_device = unspaced.replace("device='neuron:0',", "").replace(",device='neuron:0'", "")
+                assert without_device == "".join(repr(cpu).split()), shown
+                assert str(cpu.to(DEVICE)[0]).startswith("tensor(")
+    finally:
+        torch_neuronx.set_strict_fallback(False)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_float64_operators_outside_printing_still_fall_back_and_are_reported():
+    torch_neuronx.clear_op_tracking()
+    x = torch.ones(3, device=DEVICE, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        repr(x)
+        (x.abs() + 1).sum()
+    assert {"aten::abs.out", "aten::add.Tensor"} <= set(torch_neuronx.get_fallback_ops())
 
 
 def test_forward_ad_rejected():

@@ -360,18 +360,11 @@ def test_strict_fallback_makes_fallbacks_raise(policy_runs):
     assert "RELAXED_OK True" in out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "printing a neuron tensor runs float64 ops on the device (torch/_tensor_str.py converts "
-    "non-MPS tensors to double), which fall back to the CPU: under "
-    "TORCH_NEURONX_STRICT_FALLBACK=1 print(tensor) raises"))
 def test_print_works_in_strict_mode(policy_runs):
     out = _ok(policy_runs["strict"])
     assert "PRINT_OK" in out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "print(tensor) records 'aten::min'/'aten::max'... as CPU fallbacks (float64 formatting) "
-    "and warns about them"))
 def test_print_records_no_fallback(capsys):
     x = torch.randn(5, device="neuron")
     torch_neuronx.clear_op_tracking()
