@@ -208,3 +208,87 @@ def test_inductor_keeps_its_own_cache_directory_for_cpu_compiles(cache_dir):
     run_compiled(torch.randn(64))
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before
     assert any((cache_dir / "inductor").iterdir())  # the neuron kernels were built in ours
+
+
+def test_the_cache_is_created_private(cache_dir):
+    run_compiled(torch.randn(64))
+    assert cache_dir.stat().st_mode & 0o777 == 0o700
+    for path in (*entries(cache_dir), cache_dir / "inductor-manifest.json"):
+        assert path.stat().st_mode & 0o077 == 0, path
+    for directory in (p for p in cache_dir.iterdir() if p.is_dir() and p.name != "inductor"):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+
+
+@pytest.mark.parametrize("problem", ["group-writable", "world-writable", "another owner"])
+def test_a_cache_others_could_write_is_refused_and_compilation_goes_on(cache_dir, problem):
+    cache_dir.mkdir(mode=0o700)
+    if problem == "another owner":
+        if os.getuid() != 0:
+            pytest.skip("giving the directory to another user needs root")
+        os.chown(cache_dir, 65534, 65534)
+    else:
+        cache_dir.chmod(0o770 if problem == "group-writable" else 0o707)
+    from torch_neuronx.compile import cache
+    cache._refused.discard(cache_dir)
+    x = torch.randn(64)
+    with pytest.warns(UserWarning, match=r"not using the compile cache .*(owned by uid 65534|writable by group or others)"):
+        torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    assert list(cache_dir.iterdir()) == []
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert (metrics["executables_compiled"], metrics["cache_hits"], metrics["cache_misses"]) == (1, 0, 0)
+    cache._refused.discard(cache_dir)
+
+
+def test_a_tampered_entry_is_deleted_and_never_executed(cache_dir, tmp_path):
+    x = torch.randn(64)
+    run_compiled(x)
+    (entry,) = entries(cache_dir)
+    marker = tmp_path / "executed"
+    header, source = entry.read_text().split("\n", 1)
+    entry.write_text(f"{header}\nopen({str(marker)!r}, 'w').write('pwned')\n{source}")  # checksum kept
+    with pytest.warns(UserWarning, match="corrupt or was modified.*deleted it"):
+        torch.testing.assert_close(run_compiled(x), scaled_sin(x))
+    assert not marker.exists()
+    assert "pwned" not in entry.read_text()  # compiled again and stored anew
+
+
+class WritesAFileWhenUnpickled:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return exec, (f"open({str(self.path)!r}, 'w').write('pwned')",)
+
+
+def test_a_tampered_graph_entry_is_deleted_before_a_fresh_process_loads_it(tmp_path):
+    import pickle
+    cold = finish(start_child(tmp_path / "cache"))
+    marker = tmp_path / "executed"
+    evil = pickle.dumps(WritesAFileWhenUnpickled(marker))
+    graph_entries = list((tmp_path / "cache" / "inductor" / "aotautograd").glob("*/*"))
+    assert graph_entries
+    for entry in graph_entries:
+        entry.write_bytes(evil)
+    child = start_child(tmp_path / "cache")
+    out, err = child.communicate(timeout=600)
+    assert child.returncode == 0, err
+    warm = json.loads(out.strip().splitlines()[-1])
+    assert not marker.exists()
+    assert "changed since they were written" in err
+    assert warm["graph_cache_hits"] == 0 and (warm["loss"], warm["grads"]) == (cold["loss"], cold["grads"])
+
+
+def test_the_key_includes_the_build_of_the_extension(monkeypatch):
+    from torch_neuronx import _C
+    from torch_neuronx.compile import cache
+    real_hash = cache._file_hash
+    before = cache.backend_version()
+    monkeypatch.setattr(cache, "_file_hash",
+                        lambda p: "rebuilt" if Path(p) == Path(_C.__file__) else real_hash(p))
+    cache.backend_version.cache_clear()
+    try:
+        assert cache.backend_version() != before
+    finally:
+        monkeypatch.undo()
+        cache.backend_version.cache_clear()
+    assert cache.backend_version() == before

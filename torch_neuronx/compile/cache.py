@@ -2,17 +2,29 @@
 
 An entry is the Python module Inductor generated for a graph (its C++ kernels are built into
 shared objects under ``<cache dir>/inductor``, which Inductor finds again by the hash of their
-source), keyed over the graph, its input and output specs, the torch version, the backend's own
-source and Inductor's configuration. Entries are written atomically (temporary file, then
-``os.replace``) under a per-key file lock, so concurrent processes compile a graph once; an entry
-whose checksum or load fails is reported, recompiled and overwritten.
+source), keyed over the graph, its input and output specs, the torch and package versions, the
+build of the C++ extension, the backend's lowering source and Inductor's configuration. Entries
+are written atomically (temporary file, then ``os.replace``) under a per-key file lock, so
+concurrent processes compile a graph once.
+
+Loading an entry executes code, so the cache must not be writable by anyone else: its directory
+is created private (0700, files 0600), and a directory owned by another user or writable by
+group or others is refused with a warning (compilation goes on without the cache). An entry
+whose checksum does not match is deleted with a warning before anything runs, and compiled
+again. Inductor's own files under the cache (kernel libraries it loads, AOTAutograd's pickled
+graph entries) are recorded with their hashes in a manifest after each compile and checked
+against it once per process before first use: a changed file is deleted (and rebuilt), never
+loaded.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import hashlib
+import importlib.metadata
+import json
 import os
+import stat
 import tempfile
 import threading
 import warnings
@@ -53,13 +65,52 @@ def wait_isa_probe() -> None:
     _isa_probe().join()
 
 
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 @functools.cache
 def backend_version() -> str:
-    """A hash of this package's source: a change to the lowering invalidates entries."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    """What the generated code depends on besides the graph: the package version, the build of
+    the C++ extension (a rebuilt shim invalidates entries) and the compile and lowering source."""
+    from .. import _C
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(importlib.metadata.version("torch-neuronx-sim").encode())
+    digest.update(_file_hash(Path(_C.__file__)).encode())
+    for path in sorted([*package.glob("compile/*.py"), *package.glob("ops/*.py")]):
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+_refused: set[Path] = set()
+
+
+def usable_root(root: Path) -> Path | None:
+    """``root``, created private if it does not exist; None, warned once, when another user could
+    write to it (owned by someone else, or group/world-writable): loading entries runs code."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = root.stat()
+    except OSError as error:
+        problem = f"it cannot be created ({error})"
+    else:
+        if info.st_uid != os.getuid():
+            problem = f"it is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
+        elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problem = f"it is writable by group or others (mode {stat.filemode(info.st_mode)})"
+        else:
+            return root
+    if root not in _refused:
+        _refused.add(root)
+        warnings.warn(f"torch.compile(backend='neuron'): not using the compile cache {root}: {problem}, "
+                      "and loading an entry executes its code. Compiling without the cache; make the "
+                      f"directory yours and private (chmod 700 {root}) or set TORCH_NEURONX_NEFF_CACHE_DIR "
+                      "to a private directory.", stacklevel=3)
+    return None
 
 
 def _spec(value: Any) -> str:
@@ -104,6 +155,7 @@ def inductor_dir(root: Path | None) -> Iterator[None]:
         with inductor_config.patch(fx_graph_cache=False):
             yield
         return
+    verify_inductor_files(root)
     previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
     try:
@@ -113,6 +165,7 @@ def inductor_dir(root: Path | None) -> Iterator[None]:
             del os.environ["TORCHINDUCTOR_CACHE_DIR"]
         else:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+        record_inductor_files(root)
 
 
 def _entry(root: Path, digest: str) -> Path:
@@ -122,8 +175,66 @@ def _entry(root: Path, digest: str) -> Path:
 def lock(root: Path, digest: str) -> filelock.FileLock:
     """Held while a process looks up, compiles and stores one key."""
     path = root / "locks" / f"{digest}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return filelock.FileLock(str(path))
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    return filelock.FileLock(str(path), mode=0o600)
+
+
+_MANIFEST = "inductor-manifest.json"
+_verified: set[Path] = set()
+
+
+def _inductor_files(root: Path) -> Iterator[Path]:
+    for path in (root / "inductor").rglob("*"):
+        if path.is_file() and not path.name.endswith((".lock", ".tmp")) and "locks" not in path.parts:
+            yield path
+
+
+def _read_manifest(root: Path) -> dict[str, str]:
+    try:
+        return json.loads((root / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_manifest(root: Path, manifest: dict[str, str]) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=root, delete=False, suffix=".tmp") as tmp:
+        json.dump(manifest, tmp)
+    os.replace(tmp.name, root / _MANIFEST)
+
+
+def verify_inductor_files(root: Path) -> None:
+    """Once per process, before Inductor loads anything from ``root``: delete, with a warning,
+    every recorded file whose content changed. Files not recorded yet are another process's
+    compile in progress (only this user can write the directory)."""
+    if root in _verified:
+        return
+    with lock(root, "manifest"):
+        manifest = _read_manifest(root)
+        changed = []
+        for name, digest in list(manifest.items()):
+            path = root / name
+            if not path.is_file():
+                del manifest[name]
+            elif _file_hash(path) != digest:
+                path.unlink()
+                del manifest[name]
+                changed.append(name)
+        if changed:
+            _write_manifest(root, manifest)
+            warnings.warn(f"torch.compile(backend='neuron'): {len(changed)} file(s) of the compile cache {root} "
+                          f"changed since they were written ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}); "
+                          "deleted them, they will be built again.", stacklevel=3)
+    _verified.add(root)
+
+
+def record_inductor_files(root: Path) -> None:
+    """After a compile: record the hash of every file Inductor added under ``root``."""
+    with lock(root, "manifest"):
+        manifest = _read_manifest(root)
+        added = {name: _file_hash(path) for path in _inductor_files(root)
+                 if (name := str(path.relative_to(root))) not in manifest}
+        if added:
+            _write_manifest(root, {**manifest, **added})
 
 
 def _checksum(source: str) -> str:
@@ -145,15 +256,16 @@ def load(root: Path, digest: str) -> tuple[Callable[[list[Any]], Any], int] | No
             raise ValueError("checksum mismatch")
         return PyCodeCache.load(source).call, int(seeds)
     except Exception as error:  # any damage: the entry is rebuilt, never fatal
-        warnings.warn(f"torch.compile(backend='neuron'): cache entry {path} is corrupt ({error}); "
-                      "recompiling the graph and overwriting it.", stacklevel=2)
+        path.unlink(missing_ok=True)
+        warnings.warn(f"torch.compile(backend='neuron'): cache entry {path} is corrupt or was modified "
+                      f"({error}); deleted it, recompiling the graph.", stacklevel=2)
         return None
 
 
 def store(root: Path, digest: str, source: str, seeds: int) -> None:
     """Write the generated module and the number of random seeds its entry function takes."""
     path = _entry(root, digest)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
         tmp.write(f"# sha256 {_checksum(source)} seeds {seeds}\n{source}")
     os.replace(tmp.name, path)

@@ -9,14 +9,16 @@ from ..runtime.topology import env_flag
 
 
 def cache_dir() -> Path | None:
-    """The executable cache directory, or None when ``TORCH_NEURONX_DISABLE_NEFF_CACHE=1``."""
+    """The executable cache directory; None when ``TORCH_NEURONX_DISABLE_NEFF_CACHE=1`` or when
+    the directory is not private to this user (warned, see cache.usable_root)."""
+    from .cache import usable_root
     if env_flag(os.environ, "TORCH_NEURONX_DISABLE_NEFF_CACHE"):
         return None
     configured = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR")
     if configured:
-        return Path(configured).expanduser()
+        return usable_root(Path(configured).expanduser())
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "torch_neuronx" / "neff_cache"
+    return usable_root(Path(base) / "torch_neuronx" / "neff_cache")
 
 
 def fallback_execution(options: dict[str, Any] | None) -> bool:
