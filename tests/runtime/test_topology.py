@@ -272,3 +272,25 @@ def test_current_process_topology_matches_device_module():
 def torch_neuronx_topology():
     import torch_neuronx.runtime as rt
     return rt.current_topology()
+
+
+def test_importing_torch_with_the_backend_starts_no_thread_or_process_and_keeps_autograd():
+    """The backend auto-loads on every ``import torch``: programs that never use the device
+    must see PyTorch as it is without it."""
+    code = """
+    import os, torch
+    children = [p for p in os.listdir('/proc') if p.isdigit()
+                and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == str(os.getpid())]
+    threads = len(os.listdir('/proc/self/task'))
+    # (The first backward starts autograd's thread per device of every registered device type,
+    # as PyTorch does for CUDA devices: not counted, it is the engine's.)
+    x = torch.ones(2, requires_grad=True); (x * 2).sum().backward()
+    print(threads, len(children), torch.autograd.is_multithreading_enabled(),
+          'torch_neuronx' in __import__('sys').modules)
+    """
+    without = run_py(code, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    loaded = run_py(code)
+    assert without.returncode == 0 and loaded.returncode == 0, without.stderr + loaded.stderr
+    threads, children, multithreading, imported = loaded.stdout.split()
+    assert imported == "True" and multithreading == "True" and children == "0"
+    assert threads == without.stdout.split()[0]
