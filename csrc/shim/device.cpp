@@ -222,17 +222,24 @@ at::Tensor snapshot(const at::Tensor& t) {
   return tensor_on(t.storage(), c10::DispatchKey::PrivateUse1, t);
 }
 
-c10::IValue snapshot(const c10::IValue& v) {
-  if (v.isTensor()) return snapshot(v.toTensor());
+at::Tensor Snapshots::operator()(const at::Tensor& t) {
+  for (const auto& [impl, taken] : seen_)
+    if (impl == t.unsafeGetTensorImpl()) return taken;
+  seen_.emplace_back(t.unsafeGetTensorImpl(), snapshot(t));
+  return seen_.back().second;
+}
+
+c10::IValue Snapshots::operator()(const c10::IValue& v) {
+  if (v.isTensor()) return (*this)(v.toTensor());
   if (v.isTensorList()) {
     std::vector<at::Tensor> list;
-    for (const at::Tensor& t : v.toTensorList()) list.push_back(snapshot(t));
+    for (const at::Tensor& t : v.toTensorList()) list.push_back((*this)(t));
     return list;
   }
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> list;
     for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-      list.push_back(t.has_value() ? std::optional<at::Tensor>(snapshot(*t)) : std::nullopt);
+      list.push_back(t.has_value() ? std::optional<at::Tensor>((*this)(*t)) : std::nullopt);
     return list;
   }
   return v;
@@ -240,6 +247,13 @@ c10::IValue snapshot(const c10::IValue& v) {
 
 at::Tensor HostAliases::operator()(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kNeuron) return t;
+  for (const auto& [impl, alias] : tensors_)
+    if (impl == t.unsafeGetTensorImpl()) return alias;
+  tensors_.emplace_back(t.unsafeGetTensorImpl(), alias_of(t));
+  return tensors_.back().second;
+}
+
+at::Tensor HostAliases::alias_of(const at::Tensor& t) {
   if (t.numel() == 0 || !t.storage().data())
     return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
   const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();

@@ -69,20 +69,33 @@ at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tenso
 // kernel sees the tensor as it was at launch even if the caller then changes its metadata
 // in place (squeeze_, t_, as_strided_, set_). Lists and other values pass through.
 at::Tensor snapshot(const at::Tensor& t);
-c10::IValue snapshot(const c10::IValue& v);
+
+// snapshot() of every argument of one launch: an argument passed twice (add(x, y, out=x)) stays
+// one tensor for the kernel, so PyTorch's identity checks see what the caller passed.
+class Snapshots {
+ public:
+  at::Tensor operator()(const at::Tensor& t);
+  c10::IValue operator()(const c10::IValue& v);
+
+ private:
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> seen_;
+};
 
 // A CPU tensor viewing the same bytes as a device tensor. Only kernels (code running on
 // the hardware queue, or on the host after a synchronization) may use it.
 at::Tensor host_alias(const at::Tensor& device_tensor);
 
 // Memoizes aliases per storage within one kernel, so aliasing between arguments (views of
-// one buffer) stays visible to the CPU kernels' overlap checks.
+// one buffer) stays visible to the CPU kernels' overlap checks, and per tensor, so an argument
+// passed twice is one host tensor (PyTorch tells "the same tensor" from "overlapping views").
 class HostAliases {
  public:
   at::Tensor operator()(const at::Tensor& device_tensor);
 
  private:
+  at::Tensor alias_of(const at::Tensor& device_tensor);
   std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> tensors_;
 };
 
 }  // namespace torch_neuronx

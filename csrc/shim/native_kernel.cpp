@@ -111,7 +111,9 @@ struct TensorLayout {
   c10::ScalarType dtype;
   bool defined = true;  // e.g. convolution_backward leaves unrequested gradients undefined
   // out= arguments only: an operator may leave its output a view into a larger buffer
-  // (linalg_lstsq's solution is the first n rows of LAPACK's max(m, n)-row workspace).
+  // (linalg_lstsq's solution is the first n rows of LAPACK's max(m, n)-row workspace). Both are
+  // relative to where the output starts: the kernel ran on a copy at offset 0, and the output
+  // itself may be a view at any offset of a larger tensor (out=base[3:5]).
   int64_t storage_offset = 0;
   size_t storage_nbytes = 0;
 };
@@ -291,12 +293,33 @@ class NativeKernel final : public c10::OperatorKernel {
   Placement scan(torch::jit::Stack::iterator first, Words& key, bool& cacheable) const {
     Placement place;
     bool has_tensor_input = false;
+    // Aliasing between arguments is part of the signature: a plan made for distinct arguments
+    // must not run a call that passes one tensor twice or overlapping views, which PyTorch
+    // checks (add(x, y, out=x) cannot resize x; cat([a[:2], b], out=a) overlaps).
+    struct Seen {
+      const c10::TensorImpl* tensor;
+      const c10::StorageImpl* storage;
+      int64_t offset;
+    };
+    c10::SmallVector<Seen, 8> seen;
+    auto add_aliasing = [&](const at::Tensor& t) {
+      const Seen self{t.unsafeGetTensorImpl(), t.storage().unsafeGetStorageImpl(), t.storage_offset()};
+      int64_t code = -1, offset = 0;
+      for (size_t k = 0; k < seen.size() && code < 0; ++k) {
+        if (seen[k].tensor == self.tensor) code = 2 * static_cast<int64_t>(k) + 1;
+        else if (seen[k].storage == self.storage) code = 2 * static_cast<int64_t>(k), offset = self.offset - seen[k].offset;
+      }
+      key.push_back(code);
+      if (code >= 0 && code % 2 == 0) key.push_back(offset);
+      seen.push_back(self);
+    };
     auto add_tensor = [&](const at::Tensor& t, bool is_out) {
       if (!t.defined()) {
         key.push_back(-1);
         return;
       }
       if (t.device().type() == kNeuron) {
+        add_aliasing(t);
         if (place.device < 0) place.device = t.device().index();
         TORCH_CHECK(place.device == t.device().index(),
                     "Expected all tensors to be on the same device, but found at least two "
@@ -447,13 +470,14 @@ class NativeKernel final : public c10::OperatorKernel {
                                              layout.dtype);
   }
 
-  // Strides, offset and storage size of a resized out= argument as the operator left them.
+  // Strides, offset and storage size of a resized out= argument as the operator left them,
+  // from where the output starts in its storage.
   static void restride(const at::Tensor& out, const TensorLayout& layout) {
-    if (out.strides() == c10::IntArrayRef(layout.strides) && out.storage_offset() == layout.storage_offset)
-      return;
-    if (out.storage().nbytes() < layout.storage_nbytes)
-      out.resize_({static_cast<int64_t>(layout.storage_nbytes / out.itemsize())});
-    out.as_strided_(layout.sizes, layout.strides, layout.storage_offset);
+    if (out.strides() == c10::IntArrayRef(layout.strides) && layout.storage_offset == 0) return;
+    const int64_t start = out.storage_offset();
+    if (out.storage().nbytes() < start * out.itemsize() + layout.storage_nbytes)
+      out.resize_({static_cast<int64_t>(layout.storage_nbytes / out.itemsize())});  // keeps the offset
+    out.as_strided_(layout.sizes, layout.strides, start + layout.storage_offset);
   }
 
   void launch_planned(const c10::OperatorHandle& op, const Plan& plan, std::vector<c10::IValue> args,
@@ -478,10 +502,11 @@ class NativeKernel final : public c10::OperatorKernel {
     counter_.launches++;
     // The kernel works on the tensors as they are now, whatever the caller does to their
     // metadata (squeeze_, t_, as_strided_, ...) before it runs.
+    Snapshots take;
     std::vector<c10::IValue> fresh;  // per return: the new output, or None for an argument
     for (size_t j = 0; j < outputs.size(); ++j)
-      fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : snapshot(outputs[j]));
-    for (auto& arg : args) arg = snapshot(arg);
+      fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
+    for (auto& arg : args) arg = take(arg);
     const profiler::LaunchArgs described(args, outputs);
     launch(device,
            [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
@@ -564,10 +589,17 @@ class NativeKernel final : public c10::OperatorKernel {
   // alias, so the kernel sees the overlap and refuses it as on the CPU.
   bool overlaps_an_input(const std::vector<c10::IValue>& args, size_t out) const {
     const at::Tensor& o = args[out].toTensor();
-    for (size_t j = 0; j < args.size(); ++j)
-      if (j != out && !written_[j] && kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
-          args[j].toTensor().defined() && args[j].toTensor().is_alias_of(o) && !args[j].toTensor().is_same(o))
-        return true;
+    auto overlaps = [&](const at::Tensor& t) { return t.defined() && t.is_alias_of(o) && !t.is_same(o); };
+    for (size_t j = 0; j < args.size(); ++j) {
+      if (j == out || written_[j]) continue;
+      if (kinds_[j] == ArgKind::Tensor && args[j].isTensor() && overlaps(args[j].toTensor())) return true;
+      if (kinds_[j] == ArgKind::TensorList)  // cat([a[:2], b], out=a)
+        for (const at::Tensor& t : args[j].toTensorList())
+          if (overlaps(t)) return true;
+      if (kinds_[j] == ArgKind::OptTensorList)
+        for (const std::optional<at::Tensor>& t : args[j].toOptionalTensorList())
+          if (t.has_value() && overlaps(*t)) return true;
+    }
     return false;
   }
 

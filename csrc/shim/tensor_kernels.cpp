@@ -143,8 +143,9 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     launch_and_wait(device, [&] { dst.copy_(host_alias(src)); }, "aten::_copy_from (device to host)", host);
     raise_pending_error(core(device));
   } else if (src.device() == dst.device()) {
+    Snapshots take;  // x.copy_(x) stays one tensor for the kernel
     launch(dst.device().index(),
-           [src = snapshot(src), dst = snapshot(dst)] {
+           [src = take(src), dst = take(dst)] {
              HostAliases alias;
              alias(dst).copy_(alias(src));
            },
