@@ -17,13 +17,19 @@ Nanos now_ns() {
 namespace {
 std::atomic<KernelObserver> kernel_observer{nullptr};
 std::atomic<IdleRelease> idle_release{nullptr};
+std::atomic<WorkerStart> worker_start{nullptr};
 thread_local bool tls_worker = false;
 thread_local int tls_executing = -1;  // the core whose kernel this thread is executing
+thread_local const LaunchInfo* tls_executing_info = nullptr;
 }
 
 bool on_worker_thread() { return tls_worker; }
 
 int executing_device() { return tls_executing; }
+
+const LaunchInfo* executing_info() { return tls_executing_info; }
+
+void set_worker_start(WorkerStart start) { worker_start = start; }
 
 void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; }
 
@@ -188,18 +194,22 @@ void HardwareQueue::execute(int stream, const std::function<void()>& fn, const L
   const KernelObserver observer = kernel_observer.load();
   const Nanos start = observer ? now_ns() : 0;
   const int outer = tls_executing;
+  const LaunchInfo* outer_info = tls_executing_info;
   tls_executing = device_;
+  tls_executing_info = &info;
   try {
     fn();
   } catch (...) {
     store_error(info, capture, std::current_exception());
   }
   tls_executing = outer;
+  tls_executing_info = outer_info;
   if (observer) observer(device_, stream, info, start, now_ns());
 }
 
 void HardwareQueue::run() {
   tls_worker = true;
+  if (WorkerStart start = worker_start.load()) start();
   for (;;) {
     Item item;
     int stream;

@@ -57,8 +57,15 @@ void set_kernel_observer(KernelObserver observer);
 // Whether the calling thread is a core's worker (the thread that executes kernels).
 bool on_worker_thread();
 
-// The core whose kernel the calling thread is executing (on the worker or inline), or -1.
+// The core whose kernel the calling thread is executing (on the worker or inline), or -1,
+// and that kernel's launch information (nullptr when none).
 int executing_device();
+const LaunchInfo* executing_info();
+
+// Run by each worker thread when it starts, before its first kernel (the shim installs the
+// thread's handlers there).
+using WorkerStart = void (*)();
+void set_worker_start(WorkerStart start);
 
 // Run by a worker before it sleeps, when a host thread asked it to (see `begin_inline`): frees
 // the worker's compute threads, which would otherwise compete with the host thread's.

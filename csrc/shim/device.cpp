@@ -80,8 +80,56 @@ neuron_rt::Core& core(c10::DeviceIndex index) {
   return c;
 }
 
+// Warnings of kernels run by a worker: kept until the next launch or synchronization on a
+// host thread, which re-raises them there, so they reach Python's warnings system (filters,
+// -W error, pytest) like the warnings of kernels run on the calling thread.
+namespace {
+struct QueuedWarning {
+  int device;
+  c10::Warning warning;
+};
+std::mutex queued_warnings_mu;
+std::vector<QueuedWarning> queued_warnings;
+std::atomic<bool> have_queued_warnings{false};
+
+struct WorkerWarnings final : c10::WarningHandler {
+  void process(const c10::Warning& w) override {
+    const neuron_rt::LaunchInfo* info = neuron_rt::executing_info();
+    const std::string kernel = info ? info->name : "a queued kernel";
+    std::lock_guard<std::mutex> lock(queued_warnings_mu);
+    queued_warnings.push_back({neuron_rt::executing_device(),
+                               c10::Warning(w.type(), w.source_location(),
+                                            "neuron (queued kernel " + kernel + "): " + w.msg(), true)});
+    have_queued_warnings = true;
+  }
+};
+
+}  // namespace
+
+void setup_worker_thread() {
+  static WorkerWarnings handler;  // one for every worker; each thread points at it
+  c10::WarningUtils::set_warning_handler(&handler);
+}
+
+void deliver_kernel_warnings(c10::DeviceIndex index) {
+  if (!have_queued_warnings.load(std::memory_order_relaxed) || neuron_rt::on_worker_thread()) return;
+  std::vector<c10::Warning> mine;
+  {
+    std::lock_guard<std::mutex> lock(queued_warnings_mu);
+    auto kept = queued_warnings.begin();
+    for (auto& q : queued_warnings) {
+      if (q.device == index) mine.push_back(std::move(q.warning));
+      else *kept++ = std::move(q);
+    }
+    queued_warnings.erase(kept, queued_warnings.end());
+    have_queued_warnings = !queued_warnings.empty();
+  }
+  for (const auto& w : mine) c10::warn(w);
+}
+
 void raise_pending_error(neuron_rt::Core& c) {
   translate_runtime_errors([&] { c.queue.raise_pending_error(); });
+  deliver_kernel_warnings(static_cast<c10::DeviceIndex>(c.pool.device()));
 }
 
 // Kernels run on the core's worker thread, which keeps its own OpenMP team; a host thread that
@@ -173,6 +221,7 @@ static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::
   // A kernel asking its own core for more work (a CPU fallback copying its arguments): every
   // earlier kernel has run and no later one has started, so the work runs here, in order.
   if (inside_kernel_of(device)) return fn();
+  deliver_kernel_warnings(device);
   const bool blocking = wait || neuron_rt::Runtime::get().topology().launch_blocking;
   if (run_if_idle(device, fn, name, host, blocking)) return;
   auto& c = core(device);

@@ -31,7 +31,12 @@ void set_calling_thread_backward(bool enabled);
 // Wait for `stream` (or the whole device) and raise any deferred kernel error.
 void synchronize_stream(const c10::Stream& stream);
 void synchronize_device(c10::DeviceIndex index);
-void raise_pending_error(neuron_rt::Core& core);
+void raise_pending_error(neuron_rt::Core& core);  // and deliver its queued kernels' warnings
+// Re-raises, on the calling thread, the warnings kernels of `index` raised on its worker.
+void deliver_kernel_warnings(c10::DeviceIndex index);
+// Run by each core's worker thread when it starts (neuron_rt::set_worker_start): its kernels'
+// warnings are kept for deliver_kernel_warnings.
+void setup_worker_thread();
 
 // Called by host threads about to wait for a core: releases the calling thread's idle OpenMP
 // threads (see device.cpp), so kernels on the core's worker run at full speed.

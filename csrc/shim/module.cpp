@@ -1,4 +1,5 @@
 // torch_neuronx._C: the Python surface of the runtime and the shim.
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
@@ -68,7 +69,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_calling_thread_backward", &set_calling_thread_backward);
   m.def("_current_device", [] { return current_device(); });
   m.def("_set_device", [](int device) { set_current_device(device); });
-  m.def("_synchronize", [](int device) { synchronize_device(device); }, nogil);
+  // Kernel warnings delivered by the synchronization become Python warnings (as in torch's own
+  // bindings), raised once the interpreter lock is back.
+  m.def("_synchronize", [](int device) {
+    HANDLE_TH_ERRORS
+    {
+      py::gil_scoped_release no_gil;
+      synchronize_device(device);
+    }
+    END_HANDLE_TH_ERRORS_PYBIND
+  });
 
   m.def("_hbm_capacity", [](int device) { return core(device).pool.capacity(); });
   m.def("_set_hbm_capacity", [](int device, size_t bytes) { core(device).pool.set_capacity(bytes); });
@@ -84,6 +94,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_launch_python_kernel", &launch_python_kernel);
   m.def("_kernel_counts", [](int device) { return core(device).queue.kernel_counts(); });
   neuron_rt::set_idle_release(&release_worker_openmp_threads);
+  neuron_rt::set_worker_start(&setup_worker_thread);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
   m.def("_register_native_op", &register_native_op);

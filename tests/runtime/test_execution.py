@@ -6,6 +6,7 @@ where the earliest one is raised once.
 """
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -371,3 +372,28 @@ def test_print_records_no_fallback(capsys):
     print(x)
     assert "device='neuron:0'" in capsys.readouterr().out
     assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_warnings_of_queued_kernels_reach_pythons_warnings_system():
+    """A kernel run by the worker warns at the next synchronization or launch of its core, as a
+    Python warning naming the operator (filters and -W error apply), not on stderr."""
+    import threading
+    x = torch.ones(1, 3, device="neuron:2")
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        torch.std_mean(x, dim=0)  # the first launch builds the kernel on this thread
+    torch.neuron.synchronize(2)
+    for sync in ("synchronize", "cpu", "item"):
+        gate = threading.Event()
+        torch_neuronx._C._launch_python_kernel(2, gate.wait, "test gate", False)  # keeps it queued
+        std, _ = torch.std_mean(x, dim=0)  # on the worker, behind the gate
+        gate.set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(UserWarning, match=r"queued kernel aten::std_mean.*degrees of freedom"):
+                if sync == "synchronize":
+                    torch.neuron.synchronize(2)
+                elif sync == "cpu":
+                    std.cpu()
+                else:
+                    std.sum().item()
+        torch.neuron.synchronize(2)
