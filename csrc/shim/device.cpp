@@ -2,6 +2,7 @@
 
 #include <ATen/record_function.h>
 #include <c10/core/AutogradState.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
@@ -302,9 +303,8 @@ at::Tensor HostAliases::operator()(const at::Tensor& t) {
   return tensors_.back().second;
 }
 
+// Empty tensors are aliases too (their storage and offset are what a kernel resizes from).
 at::Tensor HostAliases::alias_of(const at::Tensor& t) {
-  if (t.numel() == 0 || !t.storage().data())
-    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
   const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
   c10::Storage* storage = nullptr;
   for (auto& [impl, s] : storages_)
@@ -313,7 +313,8 @@ at::Tensor HostAliases::alias_of(const at::Tensor& t) {
     void* data = const_cast<void*>(t.storage().data());
     storages_.emplace_back(
         key, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                          c10::DataPtr(data, c10::Device(at::kCPU)), nullptr, false));
+                          c10::DataPtr(data, c10::Device(at::kCPU)),
+                          resizable_ ? c10::GetCPUAllocator() : nullptr, resizable_));
     storage = &storages_.back().second;
   }
   return tensor_on(*storage, c10::DispatchKey::CPU, t);

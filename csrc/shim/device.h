@@ -95,9 +95,13 @@ at::Tensor host_alias(const at::Tensor& device_tensor);
 // passed twice is one host tensor (PyTorch tells "the same tensor" from "overlapping views").
 class HostAliases {
  public:
+  // `resizable`: a kernel may grow an alias's storage, which then moves to host memory (the
+  // caller copies it back to the device; see NativeKernel::build).
+  explicit HostAliases(bool resizable = false) : resizable_(resizable) {}
   at::Tensor operator()(const at::Tensor& device_tensor);
 
  private:
+  bool resizable_;
   at::Tensor alias_of(const at::Tensor& device_tensor);
   std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
   std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> tensors_;

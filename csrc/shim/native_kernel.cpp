@@ -21,6 +21,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -585,6 +586,23 @@ class NativeKernel final : public c10::OperatorKernel {
     return true;
   }
 
+  // The copy a written argument runs on replaces every argument that is the same tensor, in
+  // tensor lists too, so the kernel sees the identity (cat([x, x], out=x) refuses, as on the CPU).
+  void share_copy(const std::vector<c10::IValue>& args, torch::jit::Stack& host, size_t written,
+                  const at::Tensor& copy) const {
+    const at::Tensor& w = args[written].toTensor();
+    for (size_t j = 0; j < kinds_.size(); ++j) {
+      if (kinds_[j] == ArgKind::Tensor && args[j].isTensor() && args[j].toTensor().is_same(w)) host[j] = copy;
+      if (kinds_[j] != ArgKind::TensorList) continue;
+      auto list = args[j].toTensorList();
+      if (std::none_of(list.begin(), list.end(), [&](const at::Tensor& t) { return t.is_same(w); })) continue;
+      std::vector<at::Tensor> shared = host[j].toTensorVector();
+      for (size_t k = 0; k < list.size(); ++k)
+        if (list.get(k).is_same(w)) shared[k] = copy;
+      host[j] = c10::IValue(shared);
+    }
+  }
+
   // A written argument that overlaps another input without being it (x.add_(x[0])) runs on its
   // alias, so the kernel sees the overlap and refuses it as on the CPU.
   bool overlaps_an_input(const std::vector<c10::IValue>& args, size_t out) const {
@@ -618,6 +636,8 @@ class NativeKernel final : public c10::OperatorKernel {
     // them (addbmm_ grows a broadcast self). An input that is the same tensor shares the copy,
     // so the kernel sees the identity (logical_and.out(x, x, y, out=x) refuses to broadcast).
     std::vector<std::pair<size_t, at::Tensor>> out_clones;
+    std::vector<std::pair<size_t, TensorLayout>> alias_resizes;  // written in place on its alias
+    std::vector<std::pair<size_t, c10::Storage>> grown_aliases;  // ... whose storage it grew
     bool resizes_an_input = false;
     WarningCollector warnings;
     bool use_out = false;
@@ -634,7 +654,7 @@ class NativeKernel final : public c10::OperatorKernel {
                       [&] {
                         const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
                         maybe_fault();
-                        HostAliases alias;
+                        HostAliases alias(/*resizable=*/true);
                         results = host_args(args, alias, device);
                         for (size_t i = 0; i < kinds_.size(); ++i) {
                           // Self-overlapping outputs (expanded) stay aliases too: the kernel refuses them.
@@ -644,13 +664,28 @@ class NativeKernel final : public c10::OperatorKernel {
                             continue;
                           auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
                           out_clones.emplace_back(i, clone);
-                          for (size_t j = 0; j < kinds_.size(); ++j)
-                            if (kinds_[j] == ArgKind::Tensor && args[j].isTensor() &&
-                                args[j].toTensor().is_same(args[i].toTensor()))
-                              results[j] = clone;
+                          share_copy(args, results, i, clone);
                         }
+                        // Written arguments that stay aliases: the kernel may resize those too.
+                        std::vector<std::pair<size_t, at::Tensor>> written_aliases;
+                        for (size_t i = 0; i < kinds_.size(); ++i)
+                          if (written_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() &&
+                              results[i].toTensor().defined() &&
+                              std::none_of(out_clones.begin(), out_clones.end(), [&](const auto& c) { return c.first == i; }))
+                            written_aliases.emplace_back(i, results[i].toTensor());
                         const at::AutoDispatchBelowADInplaceOrView below_autograd;
                         call_host(op, results, device);
+                        for (const auto& [i, host] : written_aliases) {
+                          const at::Tensor& out = args[i].toTensor();
+                          if (host.storage().data() != out.storage().data())  // grown, now on the host
+                            grown_aliases.emplace_back(i, host.storage());
+                          if (host.sizes() != out.sizes() || host.strides() != out.strides() ||
+                              host.storage_offset() != out.storage_offset())
+                            alias_resizes.emplace_back(i, TensorLayout{
+                                host.sizes().vec(), host.strides().vec(), host.scalar_type(), true,
+                                host.storage_offset() - out.storage_offset(),
+                                host.storage().nbytes() - static_cast<size_t>(out.storage_offset()) * out.itemsize()});
+                        }
                         if (key && functional_ && out_op_ && !has_generator_ && !host_run_ && !host_op_) {
                           WarningCollector ignored;  // the trial run's warnings are not the user's
                           const c10::WarningUtils::WarningHandlerGuard quiet(&ignored);
@@ -674,6 +709,21 @@ class NativeKernel final : public c10::OperatorKernel {
     plan->use_out = use_out;
     for (const auto& w : warnings.warnings)
       if (w.msg().find("was resized") != std::string::npos) plan->resize_warnings.push_back(w);
+    // An output the kernel resized on its alias (it overlaps an input): the device tensor takes
+    // the geometry the kernel left, as the CPU's does; such calls are not planned.
+    for (const auto& [i, grown] : grown_aliases) {  // the device storage grows and takes its bytes
+      const at::Tensor& out = args[i].toTensor();
+      out.resize_({static_cast<int64_t>(grown.nbytes() / out.itemsize()) - out.storage_offset()});
+      launch(device, [out = snapshot(out), grown] {
+        std::memcpy(const_cast<void*>(out.storage().data()), grown.data(), grown.nbytes());
+      }, name_, host_work());
+    }
+    for (const auto& [i, layout] : alias_resizes) {
+      const at::Tensor& out = args[i].toTensor();
+      out.resize_(layout.sizes);
+      restride(out, layout);
+      resizes_an_input = true;
+    }
     for (auto& [i, clone] : out_clones) {
       at::Tensor out = args[i].toTensor();
       if (out.sizes() != clone.sizes()) {  // the operator resized its output (and warned)

@@ -109,3 +109,35 @@ def test_a_distinct_out_after_an_aliased_one_still_runs():
         out = torch.empty(3, device=device)
         torch.add(x, x, out=out)
         assert out.cpu().tolist() == [0.0, 4.0, 8.0]
+
+
+# Found by torch_neuronx.testing.fuzz.
+def cat_of_a_tensor_into_itself(device):
+    x = torch.arange(10.0, device=device).view(2, 5).t()
+    torch.cat([x, x], out=x)  # the CPU refuses (the output is an input); x must not change on the device
+    return [x]
+
+
+def cat_into_an_expanded_output(device):
+    out = torch.ones(1, device=device).expand(2)  # stride 0: the kernel grows its storage
+    torch.cat([torch.arange(10.0, device=device).view(1, 2, 5)] * 2, out=out)
+    return [out]
+
+
+def sum_into_an_expanded_output(device):
+    out = torch.ones(1, device=device, dtype=torch.int64).expand(5)
+    torch.sum(torch.arange(6, device=device), 0, out=out)
+    return [out]
+
+
+FUZZER_FINDINGS = [cat_of_a_tensor_into_itself, cat_into_an_expanded_output, sum_into_an_expanded_output]
+
+
+@pytest.mark.parametrize("program", FUZZER_FINDINGS, ids=[p.__name__ for p in FUZZER_FINDINGS])
+def test_fuzzer_findings_match_the_cpu(program):
+    expected = outcome(program, "cpu")
+    if isinstance(expected, tuple):  # the CPU refused: the device refuses and leaves x as it was
+        assert outcome(program, DEVICE)[0] is expected[0]
+        return
+    for launch in ("first", "cached"):
+        assert outcome(program, DEVICE) == expected, launch
