@@ -12,6 +12,7 @@
 #include <frameobject.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/ThreadLocalState.h>
 #include <ATen/native/CPUFallback.h>
 #include <c10/core/CPUAllocator.h>
@@ -713,7 +714,8 @@ class NativeKernel final : public c10::OperatorKernel {
     // the geometry the kernel left, as the CPU's does; such calls are not planned.
     for (const auto& [i, grown] : grown_aliases) {  // the device storage grows and takes its bytes
       const at::Tensor& out = args[i].toTensor();
-      out.resize_({static_cast<int64_t>(grown.nbytes() / out.itemsize()) - out.storage_offset()});
+      if (out.storage().nbytes() < grown.nbytes())  // the storage itself: its views all see it
+        at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(out.storage(), grown.nbytes());
       launch(device, [out = snapshot(out), grown] {
         std::memcpy(const_cast<void*>(out.storage().data()), grown.data(), grown.nbytes());
       }, name_, host_work());

@@ -130,7 +130,14 @@ def sum_into_an_expanded_output(device):
     return [out]
 
 
-FUZZER_FINDINGS = [cat_of_a_tensor_into_itself, cat_into_an_expanded_output, sum_into_an_expanded_output]
+def reduction_into_an_expanded_output_that_grows(device):
+    out = torch.ones(1, device=device).expand(3)  # one element of storage, resized to (3, 1)
+    torch.sum(torch.ones(3, 3, 1, device=device), 0, out=out)
+    return [out]
+
+
+FUZZER_FINDINGS = [cat_of_a_tensor_into_itself, cat_into_an_expanded_output, sum_into_an_expanded_output,
+                   reduction_into_an_expanded_output_that_grows]
 
 
 @pytest.mark.parametrize("program", FUZZER_FINDINGS, ids=[p.__name__ for p in FUZZER_FINDINGS])

@@ -206,6 +206,7 @@ def execute(program: Program, device: str) -> list[Any]:
     for step in program.steps:
         # A step reading an unspecified tensor has an unspecified outcome, and so do its results.
         tainted = bool(unspecified & set(step.args))
+        count = len(live)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -222,6 +223,7 @@ def execute(program: Program, device: str) -> list[Any]:
                         pass
         producing = step.op not in IN_PLACE and step.op not in OUT
         if raised and producing:  # a placeholder keeps later steps' indices the same on both sides
+            del live[count:]  # a kernel error raised at the synchronization: its result is void
             live.append(torch.empty(0, device=device))
             unspecified.add(len(live) - 1)
         if raised or tainted:
