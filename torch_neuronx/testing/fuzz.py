@@ -229,8 +229,8 @@ def execute(program: Program, device: str) -> list[Any]:
         if raised or tainted:
             if not producing:
                 written = live[step.args[0] if step.op in IN_PLACE else step.args[-1]]
-                unspecified |= {k for k, t in enumerate(live)
-                                if t.untyped_storage().data_ptr() == written.untyped_storage().data_ptr()}
+                storage = written.untyped_storage()._cdata  # the storage object (empty ones share address 0)
+                unspecified |= {k for k, t in enumerate(live) if t.untyped_storage()._cdata == storage}
             else:
                 unspecified.add(len(live) - 1)
         trace.append((None if tainted else raised,
