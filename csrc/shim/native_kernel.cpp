@@ -622,6 +622,17 @@ class NativeKernel final : public c10::OperatorKernel {
     return false;
   }
 
+  // A resizable host copy of a written argument with its exact layout: a dense one is cloned as
+  // it is laid out; any other (every other element of a buffer) copies its whole storage, since
+  // some kernels depend on the layout (normal_ draws in memory order, per layout as on the CPU).
+  static at::Tensor layout_copy(const at::Tensor& host) {
+    if (host.is_non_overlapping_and_dense()) return host.clone(at::MemoryFormat::Preserve);
+    const size_t nbytes = host.storage().nbytes();
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(), true);
+    if (nbytes) std::memcpy(storage.mutable_data(), host.storage().data(), nbytes);
+    return tensor_on(std::move(storage), c10::DispatchKey::CPU, host);
+  }
+
   static at::Tensor fixed_size_like(const at::Tensor& t) {
     const size_t nbytes = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize());
     c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(), false);
@@ -663,7 +674,7 @@ class NativeKernel final : public c10::OperatorKernel {
                               !results[i].toTensor().defined() || overlaps_an_input(args, i) ||
                               at::has_internal_overlap(args[i].toTensor()) == at::MemOverlap::Yes)
                             continue;
-                          auto clone = results[i].toTensor().clone(at::MemoryFormat::Preserve);
+                          auto clone = layout_copy(results[i].toTensor());
                           out_clones.emplace_back(i, clone);
                           share_copy(args, results, i, clone);
                         }
@@ -733,8 +744,11 @@ class NativeKernel final : public c10::OperatorKernel {
         resizes_an_input |= !is_out_[i] || std::any_of(args.begin(), args.end(), [&](const c10::IValue& a) {
           return &a != &args[i] && a.isTensor() && a.toTensor().is_same(out);
         });
+        // Where the copy started (layout_copy): at 0 for a dense clone, else at the output's offset.
+        const int64_t start = out.is_non_overlapping_and_dense() ? 0 : out.storage_offset();
         TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type(), true,
-                            clone.storage_offset(), clone.storage().nbytes()};
+                            clone.storage_offset() - start,
+                            clone.storage().nbytes() - static_cast<size_t>(start) * clone.itemsize()};
         out.resize_(layout.sizes);
         restride(out, layout);
         plan->out_resizes.emplace_back(i, std::move(layout));

@@ -148,3 +148,16 @@ def test_fuzzer_findings_match_the_cpu(program):
         return
     for launch in ("first", "cached"):
         assert outcome(program, DEVICE) == expected, launch
+
+
+def test_in_place_random_fill_of_a_strided_view_draws_as_on_the_cpu():
+    """The CPU's normal_ fills a noncontiguous tensor in another order than a contiguous one; the
+    device runs the kernel on a copy with the view's own layout, so it draws the same values."""
+    results = []
+    for device in ("cpu", DEVICE):
+        torch.manual_seed(0)
+        base = torch.zeros(5, 10, device=device)
+        base[:, ::2].normal_(0, 5)
+        base[1:, 1::2].uniform_()
+        results.append(base.cpu())
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)  # the same CPU kernels and streams

@@ -45,8 +45,6 @@ KNOWN_FAILURES = {
     ("test_noncontiguous_samples", "as_strided_scatter", (torch.float32,)): "upstream-test-issue: with "
     "requires_grad, ATen's as_strided_scatter refuses noncontiguous inputs (an internal assert), on the CPU too",
     ("test_noncontiguous_samples", "native_group_norm", SWEEP_DTYPES): "upstream-test-issue: the ATen kernel requires contiguous inputs, on the CPU too",
-    ("test_noncontiguous_samples", "normal.in_place", SWEEP_DTYPES): "device bug (issue 23): normal_ on a "
-    "noncontiguous tensor draws the values of a contiguous one (the CPU kernel takes another path per layout)",
     ("test_out", "mode", SWEEP_DTYPES): "PyTorch's mode(out=) refuses devices other than CPU, CUDA and XPU",
 }
 # Tests that compare memory the operator leaves unwritten: they pass or fail by what that memory
