@@ -12,29 +12,46 @@ NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
       cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
+// Kernels draw from the generator when they execute, not when they are launched: reading or
+// replacing its state waits for the kernels queued on its core (an explicit
+// torch.Generator("neuron") as the default ones, whose Python functions synchronize first).
+void NeuronGeneratorImpl::wait_for_draws() const {
+  const auto index = device().index();
+  if (neuron_rt::Runtime::get().core_initialized(index)) without_gil([&] { synchronize_device(index); });
+}
+
 void NeuronGeneratorImpl::set_current_seed(uint64_t seed) {
+  wait_for_draws();
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   cpu_.set_current_seed(seed);
 }
 void NeuronGeneratorImpl::set_offset(uint64_t offset) {
+  wait_for_draws();
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   cpu_.set_offset(offset);
 }
-uint64_t NeuronGeneratorImpl::get_offset() const { return cpu_.get_offset(); }
+uint64_t NeuronGeneratorImpl::get_offset() const {
+  wait_for_draws();
+  return cpu_.get_offset();
+}
 uint64_t NeuronGeneratorImpl::current_seed() const { return cpu_.current_seed(); }
 uint64_t NeuronGeneratorImpl::seed() {
+  wait_for_draws();
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   return cpu_.seed();
 }
 void NeuronGeneratorImpl::set_state(const c10::TensorImpl& state) {
+  wait_for_draws();
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   cpu_.unsafeGetGeneratorImpl()->set_state(state);
 }
 c10::intrusive_ptr<c10::TensorImpl> NeuronGeneratorImpl::get_state() const {
+  wait_for_draws();
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   return cpu_.unsafeGetGeneratorImpl()->get_state();
 }
 NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
+  wait_for_draws();
   auto* gen = new NeuronGeneratorImpl(device().index());
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   gen->cpu_ = cpu_.clone();

@@ -24,6 +24,7 @@ class NeuronGeneratorImpl final : public c10::GeneratorImpl {
   const at::Generator& cpu_generator() const { return cpu_; }
 
  private:
+  void wait_for_draws() const;
   NeuronGeneratorImpl* clone_impl() const override;
   mutable at::Generator cpu_;  // mutable: reading a generator takes its lock
 };

@@ -358,3 +358,24 @@ def test_is_initialized_in_forked_child_reports_false(tmp_path):
     proc = run_script(tmp_path, code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "EXIT 0" in proc.stdout
+
+
+def test_an_explicit_generators_state_waits_for_the_kernels_that_draw_from_it():
+    """Kernels draw when they execute: get_state/set_state of a torch.Generator("neuron") wait for
+    the queued kernels using it (else set_state could land before an earlier draw)."""
+    import threading
+    g = torch.Generator("neuron:1")
+    g.manual_seed(3)
+    torch.rand(4, device="neuron:1", generator=g)  # builds the kernel
+    torch.neuron.synchronize(1)
+    state = g.get_state()
+    gate = threading.Event()
+    torch_neuronx._C._launch_python_kernel(1, gate.wait, "test gate", False)
+    drawn = torch.rand(4, device="neuron:1", generator=g)  # queued behind the gate
+    threading.Timer(0.2, gate.set).start()
+    g.set_state(state)  # after the draw above, as on the CPU
+    again = torch.rand(4, device="neuron:1", generator=g)
+    assert torch.equal(drawn.cpu(), again.cpu())
+    cpu = torch.Generator().manual_seed(3)
+    torch.rand(4, generator=cpu)
+    assert torch.equal(again.cpu(), torch.rand(4, generator=cpu))  # the CPU's second draw
