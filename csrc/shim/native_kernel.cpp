@@ -647,7 +647,12 @@ class NativeKernel final : public c10::OperatorKernel {
     // Written arguments (out= and in-place) run on resizable copies: the CPU kernel may resize
     // them (addbmm_ grows a broadcast self). An input that is the same tensor shares the copy,
     // so the kernel sees the identity (logical_and.out(x, x, y, out=x) refuses to broadcast).
-    std::vector<std::pair<size_t, at::Tensor>> out_clones;
+    struct WrittenCopy {
+      size_t arg;
+      at::Tensor copy;
+      int64_t start;  // the copy's offset before the kernel: layouts are recorded relative to it
+    };
+    std::vector<WrittenCopy> out_clones;
     std::vector<std::pair<size_t, TensorLayout>> alias_resizes;  // written in place on its alias
     std::vector<std::pair<size_t, c10::Storage>> grown_aliases;  // ... whose storage it grew
     bool resizes_an_input = false;
@@ -675,7 +680,7 @@ class NativeKernel final : public c10::OperatorKernel {
                               at::has_internal_overlap(args[i].toTensor()) == at::MemOverlap::Yes)
                             continue;
                           auto clone = layout_copy(results[i].toTensor());
-                          out_clones.emplace_back(i, clone);
+                          out_clones.push_back({i, clone, clone.storage_offset()});
                           share_copy(args, results, i, clone);
                         }
                         // Written arguments that stay aliases: the kernel may resize those too.
@@ -683,7 +688,7 @@ class NativeKernel final : public c10::OperatorKernel {
                         for (size_t i = 0; i < kinds_.size(); ++i)
                           if (written_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() &&
                               results[i].toTensor().defined() &&
-                              std::none_of(out_clones.begin(), out_clones.end(), [&](const auto& c) { return c.first == i; }))
+                              std::none_of(out_clones.begin(), out_clones.end(), [&](const auto& c) { return c.arg == i; }))
                             written_aliases.emplace_back(i, results[i].toTensor());
                         const at::AutoDispatchBelowADInplaceOrView below_autograd;
                         call_host(op, results, device);
@@ -737,15 +742,13 @@ class NativeKernel final : public c10::OperatorKernel {
       restride(out, layout);
       resizes_an_input = true;
     }
-    for (auto& [i, clone] : out_clones) {
+    for (auto& [i, clone, start] : out_clones) {
       at::Tensor out = args[i].toTensor();
       if (out.sizes() != clone.sizes()) {  // the operator resized its output (and warned)
         // Planned launches resize before the kernel runs, which would change an input too.
         resizes_an_input |= !is_out_[i] || std::any_of(args.begin(), args.end(), [&](const c10::IValue& a) {
           return &a != &args[i] && a.isTensor() && a.toTensor().is_same(out);
         });
-        // Where the copy started (layout_copy): at 0 for a dense clone, else at the output's offset.
-        const int64_t start = out.is_non_overlapping_and_dense() ? 0 : out.storage_offset();
         TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type(), true,
                             clone.storage_offset() - start,
                             clone.storage().nbytes() - static_cast<size_t>(start) * clone.itemsize()};

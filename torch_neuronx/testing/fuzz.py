@@ -47,9 +47,9 @@ class Program:
 
     def source(self) -> str:
         """A Python reproducer (``device = "neuron"`` or ``"cpu"``)."""
-        lines = ["import torch", "from torch_neuronx.testing.fuzz import Step, make_input, step", "t = []"]
+        lines = ["import torch", "from torch_neuronx.testing.fuzz import Step, apply, make_input", "t = []"]
         lines += [f"t += make_input({d}, {s}, {lay!r}, {seed}, device)" for d, s, lay, seed in self.inputs]
-        return "\n".join(lines + [f"step(t, {s!r})" for s in self.steps])
+        return "\n".join(lines + [f"apply(t, {s!r})" for s in self.steps])
 
 
 def make_input(dtype: torch.dtype, shape: tuple[int, ...], layout: str, seed: int, device: str) -> list[torch.Tensor]:
@@ -83,11 +83,12 @@ def _binary(name):
     return lambda t, a, b: getattr(torch, name)(t[a], t[b])
 
 
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "ge", "logical_and", "bitwise_and",
+          "bitwise_or", "remainder", "atan2")
 OPS: dict[str, Callable[..., Any]] = {
     **{n: _unary(n) for n in ("abs", "neg", "exp", "sin", "tanh", "sigmoid", "floor", "sqrt", "relu",
                               "logical_not", "bitwise_not", "sign", "isnan", "isfinite", "square")},
-    **{n: _binary(n) for n in ("add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "ge",
-                               "logical_and", "bitwise_and", "bitwise_or", "remainder", "atan2")},
+    **{n: _binary(n) for n in BINARY},
     "where": lambda t, c, a, b: torch.where(t[c].bool(), t[a], t[b]),
     "matmul": lambda t, a, b: torch.matmul(t[a], t[b]),
     "sum": lambda t, a, dim: t[a].sum(dim),
@@ -137,8 +138,7 @@ def random_step(rng: random.Random, live: list[torch.Tensor]) -> Step:
     a = pick()
     same_shape = [i for i in range(n) if live[i].shape == live[a].shape] or [a]
     dim = rng.randrange(live[a].dim()) if live[a].dim() else 0
-    if op in ("add", "sub", "mul", "div", "maximum", "minimum", "eq", "lt", "ge", "logical_and",
-              "bitwise_and", "bitwise_or", "remainder", "atan2", "matmul", "add_", "mul_", "copy_"):
+    if op in BINARY or op in ("matmul", "add_", "mul_", "copy_"):
         return Step(op, (a, rng.choice(same_shape) if rng.random() < 0.8 else pick()))
     if op == "where":
         return Step(op, (rng.choice(same_shape), a, rng.choice(same_shape)))
@@ -177,12 +177,8 @@ class InvalidProgram(Exception):
     """A step names a tensor the program does not have (a shrinking candidate dropped its maker)."""
 
 
-def step(live: list[torch.Tensor], step: Step) -> None:
+def apply(live: list[torch.Tensor], step: Step) -> None:
     """Apply ``step`` to the live tensors (its result, if any, becomes the last one)."""
-    _call(step, live)
-
-
-def _call(step: Step, live: list[torch.Tensor]) -> None:
     params = dict(step.params)
     if max((*step.args, params.get("b", -1))) >= len(live):
         raise InvalidProgram(step)
@@ -210,7 +206,7 @@ def execute(program: Program, device: str) -> list[Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                _call(step, live)
+                apply(live, step)
                 if device != "cpu":
                     torch.neuron.synchronize()
                 raised = None
@@ -270,7 +266,7 @@ def random_program(rng: random.Random) -> Program:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                _call(step, live)
+                apply(live, step)
             except (RuntimeError, IndexError, TypeError, ValueError):
                 pass
     return program
