@@ -337,6 +337,14 @@ bool HardwareQueue::query_stream(int stream) const {
   return s.completed == s.enqueued;
 }
 
+std::vector<StreamPosition> HardwareQueue::positions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StreamPosition> at;
+  at.reserve(streams_.size());
+  for (const Stream& s : streams_) at.push_back({s.enqueued, s.completed});
+  return at;
+}
+
 void HardwareQueue::wait_item(int stream, uint64_t seq) {
   std::unique_lock<std::mutex> lock(mu_);
   waiters_++;

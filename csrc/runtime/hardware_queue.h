@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "stream_progress.h"
+
 namespace neuron_rt {
 
 using Nanos = int64_t;
@@ -84,7 +86,7 @@ enum class HostWork {
             // first (compiled graphs)
 };
 
-class HardwareQueue {
+class HardwareQueue final : public StreamProgress {
  public:
   // `thread_init` runs first on the worker thread (the shim sizes its compute threads there).
   // `max_inflight`: launches beyond this many pending kernels wait for the queue to drain.
@@ -103,6 +105,7 @@ class HardwareQueue {
   void wait(int stream, const std::shared_ptr<Event>& event);
 
   bool query_stream(int stream) const;
+  std::vector<StreamPosition> positions() const override;
   void wait_item(int stream, uint64_t seq);   // until the given launch has executed
   void synchronize_stream(int stream);
   void synchronize();                          // every stream of this core

@@ -12,6 +12,14 @@ constexpr size_t kSmallSize = 1 << 20;      // the small pool's blocks, as CUDA'
 
 bool is_small(size_t block_size) { return block_size <= kSmallSize; }
 
+// Whether kernels of `stream` may use a freed block: the kernels of other streams that may
+// still use it have run (the stream's own run before anything it launches next).
+bool free_for(const Block& block, int stream, const std::vector<StreamPosition>& at) {
+  for (const auto& [s, end] : block.pending)
+    if (s != stream && at[s].completed < end) return false;
+  return true;
+}
+
 std::string mib(size_t bytes) {
   std::ostringstream s;
   s.precision(2);
@@ -57,18 +65,29 @@ HbmPool::~HbmPool() {
   // Process teardown: tensors may still hold blocks; return what is cached and leak the rest
   // (their deleters may run after us during static destruction).
   std::lock_guard<std::mutex> lock(mu_);
-  release_cached_locked();
+  release_cached_locked(/*even_pending=*/true);
 }
 
-Block* HbmPool::allocate(size_t nbytes) {
+std::map<std::pair<size_t, uintptr_t>, Block*>::iterator HbmPool::reusable_locked(size_t size, size_t limit,
+                                                                                 int stream) {
+  std::vector<StreamPosition> at;  // asked for once, when a candidate has pending users
+  for (auto it = cached_.lower_bound({size, 0}); it != cached_.end() && it->first.first <= limit; ++it) {
+    const Block& block = *it->second;
+    if (block.pending.empty()) return it;
+    if (at.empty()) at = progress_->positions();
+    if (free_for(block, stream, at)) return it;
+  }
+  return cached_.end();
+}
+
+Block* HbmPool::allocate(size_t nbytes, int stream, bool may_wait) {
   const size_t size = round_size(nbytes);
   std::lock_guard<std::mutex> lock(mu_);
   // Best fit among cached blocks; a small block is reused only at its size, and a large
   // request never takes a much larger block.
-  auto it = cached_.lower_bound({size, 0});
-  const size_t limit = is_small(size) ? size : size + size / 2;
+  auto it = reusable_locked(size, is_small(size) ? size : size + size / 2, stream);
   Block* block = nullptr;
-  if (it != cached_.end() && it->first.first <= limit) {
+  if (it != cached_.end()) {
     block = it->second;
     cached_.erase(it);
   } else {
@@ -80,6 +99,7 @@ Block* HbmPool::allocate(size_t nbytes) {
     void* ptr = nullptr;
     const bool fits = stats_.reserved_bytes.all.current + static_cast<int64_t>(size) <=
                       static_cast<int64_t>(capacity_);
+    if (!fits && may_wait && !cached_.empty()) return nullptr;  // what is left is still in use
     if (!fits || posix_memalign(&ptr, kAlignment, size) != 0) {
       stats_.num_ooms++;
       std::ostringstream msg;
@@ -98,6 +118,9 @@ Block* HbmPool::allocate(size_t nbytes) {
     stats_.num_device_alloc++;
   }
   block->requested = nbytes;
+  block->stream = stream;
+  block->shared = stream == kNoStream;
+  block->pending.clear();
   const size_t bs = block->size;
   stats_.allocation.increase(bs, 1);
   stats_.active.increase(bs, 1);
@@ -107,8 +130,20 @@ Block* HbmPool::allocate(size_t nbytes) {
   return block;
 }
 
+void HbmPool::note_use(Block* block, int stream) const {
+  if (stream != block->stream && !block->shared.load(std::memory_order_relaxed)) block->shared = true;
+}
+
 void HbmPool::free(Block* block) {
+  std::vector<std::pair<int, uint64_t>> pending;
+  if (progress_) {
+    const std::vector<StreamPosition> at = progress_->positions();
+    for (int s = 0; s < static_cast<int>(at.size()); ++s)
+      if ((block->shared || s == block->stream) && at[s].completed < at[s].launched)
+        pending.emplace_back(s, at[s].launched);
+  }
   std::lock_guard<std::mutex> lock(mu_);
+  block->pending = std::move(pending);
   const size_t bs = block->size;
   stats_.allocation.decrease(bs, 1);
   stats_.active.decrease(bs, 1);
@@ -118,8 +153,18 @@ void HbmPool::free(Block* block) {
   cached_.emplace(std::make_pair(block->size, reinterpret_cast<uintptr_t>(block->ptr)), block);
 }
 
-void HbmPool::release_cached_locked() {
-  for (auto& [key, block] : cached_) {
+void HbmPool::release_cached_locked(bool even_pending) {
+  std::vector<StreamPosition> at;
+  for (auto it = cached_.begin(); it != cached_.end();) {
+    Block* block = it->second;
+    if (!even_pending && !block->pending.empty()) {
+      if (at.empty()) at = progress_->positions();
+      if (!free_for(*block, kNoStream, at)) {  // a queued kernel may still use it
+        ++it;
+        continue;
+      }
+    }
+    it = cached_.erase(it);
     live_.erase(block->ptr);
     std::free(block->ptr);
     stats_.segment.decrease(block->size, 1);
@@ -127,7 +172,6 @@ void HbmPool::release_cached_locked() {
     stats_.num_device_free++;
     delete block;
   }
-  cached_.clear();
 }
 
 void HbmPool::empty_cache() {

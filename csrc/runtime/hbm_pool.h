@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -13,6 +14,10 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "stream_progress.h"
 
 namespace neuron_rt {
 
@@ -43,6 +48,9 @@ struct PoolStats {
 
 class HbmPool;
 
+// A stream id for allocations made by a kernel as it runs (on no stream of the host's).
+constexpr int kNoStream = -1;
+
 // One allocation handed out by the pool; the pointer the caller frees it with.
 struct Block {
   HbmPool* pool;
@@ -50,6 +58,10 @@ struct Block {
   size_t size;       // rounded size (what the block occupies)
   size_t requested;  // size the caller asked for
   int device;
+  int stream = kNoStream;           // the stream it was allocated for
+  std::atomic<bool> shared{false};  // kernels of other streams use it too
+  // Once freed: per stream whose queued kernels may still use it, the position they end at.
+  std::vector<std::pair<int, uint64_t>> pending;
 };
 
 class OutOfMemory : public std::runtime_error {
@@ -57,14 +69,27 @@ class OutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Frees are stream-ordered, as in CUDA's caching allocator: a block freed while queued kernels
+// still use it leaves the statistics at once and is reusable at once by the stream it was
+// allocated for (whose later kernels run after those), by other streams once the kernels queued
+// before the free have run. Kernels that use a block on another stream than its own mark it
+// shared (note_use, the automatic record_stream); a shared block waits for every stream.
 class HbmPool {
  public:
   HbmPool(int device, size_t capacity) : device_(device), capacity_(capacity) {}
   ~HbmPool();
 
-  // Throws OutOfMemory when the request cannot fit even after releasing cached blocks.
-  Block* allocate(size_t nbytes);
+  // The queue whose kernels use the pool's blocks (none: every free is complete at once).
+  void set_progress(const StreamProgress* progress) { progress_ = progress; }
+
+  // A block for kernels of `stream` (kNoStream: reuses only blocks no queued kernel may use).
+  // Throws OutOfMemory when the request cannot fit even after releasing cached blocks; with
+  // `may_wait`, returns nullptr instead when blocks still used by queued kernels would make
+  // room once those have run (the caller waits for the queue and asks again).
+  Block* allocate(size_t nbytes, int stream = kNoStream, bool may_wait = false);
   void free(Block* block);
+  void note_use(Block* block, int stream) const;
+  // Releases the cached blocks no queued kernel may still use.
   void empty_cache();
 
   bool owns(const void* ptr) const;
@@ -79,8 +104,10 @@ class HbmPool {
   static size_t round_size(size_t nbytes);
 
  private:
-  void release_cached_locked();
+  void release_cached_locked(bool even_pending = false);
   std::array<PoolStat*, 7> all_stats_locked();
+  // A cached block that kernels of `stream` may take, or cached_.end().
+  std::map<std::pair<size_t, uintptr_t>, Block*>::iterator reusable_locked(size_t size, size_t limit, int stream);
 
   const int device_;
   size_t capacity_;
@@ -92,6 +119,7 @@ class HbmPool {
   std::map<std::pair<size_t, uintptr_t>, Block*> cached_;
   std::unordered_map<void*, Block*> live_;      // every block the pool owns, keyed by pointer
   PoolStats stats_;
+  const StreamProgress* progress_ = nullptr;
 };
 
 }  // namespace neuron_rt

@@ -28,7 +28,9 @@ struct Topology {
 struct Core {
   Core(int index, const Topology& topology)
       : pool(index, topology.hbm_bytes_per_core),
-        queue(index, topology.max_inflight, topology.inline_kernels) {}
+        queue(index, topology.max_inflight, topology.inline_kernels) {
+    pool.set_progress(&queue);
+  }
   HbmPool pool;
   HardwareQueue queue;
 };

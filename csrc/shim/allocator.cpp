@@ -25,6 +25,10 @@ c10::CachingAllocator::Stat to_c10(const neuron_rt::Stat& s) {
   return out;
 }
 
+neuron_rt::Block* block_of(const c10::DataPtr& data) {
+  return data.get_deleter() == &delete_block ? static_cast<neuron_rt::Block*>(data.get_context()) : nullptr;
+}
+
 void fill(c10::CachingAllocator::StatArray& array, const neuron_rt::PoolStat& s) {
   using c10::CachingAllocator::StatType;
   array[static_cast<size_t>(StatType::AGGREGATE)] = to_c10(s.all);
@@ -39,9 +43,20 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     const c10::Device dev(kNeuron, device);
     if (nbytes == 0) return c10::DataPtr(nullptr, dev);
     auto& c = core(device);
+    // A kernel allocating as it runs is on no stream of the host's; a host thread allocates for
+    // its current stream, and waits for the queue when only memory queued kernels use is left.
+    const bool in_kernel = neuron_rt::executing_device() >= 0;
+    const int stream = in_kernel ? neuron_rt::kNoStream : static_cast<int>(current_stream(device).id());
     neuron_rt::Block* block = nullptr;
     try {
-      block = c.pool.allocate(nbytes);
+      block = c.pool.allocate(nbytes, stream, /*may_wait=*/!in_kernel);
+      if (!block) {
+        without_gil([&] {
+          release_host_openmp_threads();
+          c.queue.synchronize();
+        });
+        block = c.pool.allocate(nbytes, stream);
+      }
     } catch (const neuron_rt::OutOfMemory& e) {
       TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
     }
@@ -56,15 +71,20 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   bool initialized() override { return neuron_rt::Runtime::get().is_initialized(); }
 
+  // As CUDA's, waits for the queued kernels first, so that the blocks they use are released too.
   void emptyCache(c10::MempoolId_t) override {
     auto& rt = neuron_rt::Runtime::get();
-    for (int i = 0; i < rt.device_count(); ++i)
-      if (rt.core_initialized(i)) core(i).pool.empty_cache();
+    for (int i = 0; i < rt.device_count(); ++i) {
+      if (!rt.core_initialized(i)) continue;
+      auto& c = core(i);
+      if (neuron_rt::executing_device() != i) without_gil([&] { c.queue.synchronize(); });
+      c.pool.empty_cache();
+    }
   }
 
-  // Kernels hold references to every tensor they touch until they have executed, so a
-  // block can never be reused while a stream still uses it: nothing to record.
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  void recordStream(const c10::DataPtr& data, c10::Stream stream) override {
+    if (auto* block = block_of(data)) block->pool->note_use(block, static_cast<int>(stream.id()));
+  }
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     c10::CachingDeviceAllocator::DeviceStats out;
@@ -104,6 +124,18 @@ NeuronAllocator g_allocator;
 }  // namespace
 
 c10::DeviceAllocator* allocator() { return &g_allocator; }
+
+c10::Storage kernel_storage(const c10::Storage& storage) {
+  const c10::DataPtr& data = storage.data_ptr();
+  neuron_rt::Block* block = block_of(data);
+  if (!block) return storage;  // memory of no pool (empty storages): the kernel keeps it alive
+  // A kernel running now (a fallback asking its core for more work) uses it before anything
+  // queued after it: no stream to note.
+  if (neuron_rt::executing_device() < 0)
+    block->pool->note_use(block, static_cast<int>(current_stream(data.device().index()).id()));
+  return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(), c10::DataPtr(data.get(), data.device()),
+                      nullptr, false);
+}
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 

@@ -12,6 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include "allocator.h"
+#include "op_tracking.h"
 #include "profiler.h"
 
 namespace torch_neuronx {
@@ -76,6 +78,7 @@ neuron_rt::Core& core(c10::DeviceIndex index) {
   // backward on itself instead, as the CPU's does. It is a thread-local setting, made here and
   // not at import, so programs that never use the device keep PyTorch's behaviour.
   std::call_once(first_use, [] {
+    start_op_tracking();  // already started by torch.neuron._lazy_init when Python is the caller
     if (calling_thread_backward) c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
   });
   return c;
@@ -208,9 +211,10 @@ static bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn
   const neuron_rt::LaunchInfo info{name, launch_stack(), token};
   profiler::on_enqueued(token);
   {
-    // Switching recording off rebuilds the thread's callback lists: only when there are any.
+    // Switching recording off rebuilds the thread's callback lists: only when a profiler records
+    // on this thread (its callbacks are thread-local; op tracking's global one skips kernels).
     std::optional<at::RecordFunctionGuard> unrecorded;
-    if (at::hasCallbacks()) unrecorded.emplace(false);
+    if (at::hasThreadLocalCallbacks()) unrecorded.emplace(false);
     c.queue.finish_inline(stream, seq, fn, info, error);
   }
   if (error && *error) std::rethrow_exception(*error);
@@ -267,15 +271,21 @@ at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tenso
   return at::Tensor(std::move(impl));
 }
 
-at::Tensor snapshot(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() != kNeuron) return t;
-  return tensor_on(t.storage(), c10::DispatchKey::PrivateUse1, t);
-}
+at::Tensor snapshot(const at::Tensor& t) { return Snapshots()(t); }
 
 at::Tensor Snapshots::operator()(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kNeuron) return t;
   for (const auto& [impl, taken] : seen_)
     if (impl == t.unsafeGetTensorImpl()) return taken;
-  seen_.emplace_back(t.unsafeGetTensorImpl(), snapshot(t));
+  const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+  const c10::Storage* storage = nullptr;
+  for (const auto& [impl, s] : storages_)
+    if (impl == key) storage = &s;
+  if (!storage) {
+    storages_.emplace_back(key, kernel_storage(t.storage()));
+    storage = &storages_.back().second;
+  }
+  seen_.emplace_back(t.unsafeGetTensorImpl(), tensor_on(*storage, c10::DispatchKey::PrivateUse1, t));
   return seen_.back().second;
 }
 

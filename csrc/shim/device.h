@@ -70,13 +70,15 @@ void set_capture_stack(bool enabled);
 // A tensor of dispatch key `key` on `storage`, with `like`'s dtype, sizes, strides and offset.
 at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like);
 
-// A tensor sharing `t`'s storage with its current sizes, strides and offset, so a queued
-// kernel sees the tensor as it was at launch even if the caller then changes its metadata
-// in place (squeeze_, t_, as_strided_, set_). Lists and other values pass through.
+// A tensor on `t`'s memory with its current sizes, strides and offset, so a queued kernel sees
+// the tensor as it was at launch even if the caller then changes its metadata in place
+// (squeeze_, t_, as_strided_, set_). It does not own the memory (kernel_storage): the caller's
+// `del` frees it at once, in stream order. Lists and other values pass through.
 at::Tensor snapshot(const at::Tensor& t);
 
 // snapshot() of every argument of one launch: an argument passed twice (add(x, y, out=x)) stays
-// one tensor for the kernel, so PyTorch's identity checks see what the caller passed.
+// one tensor for the kernel, so PyTorch's identity checks see what the caller passed, and views
+// of one storage share one, so its overlap checks see their aliasing.
 class Snapshots {
  public:
   at::Tensor operator()(const at::Tensor& t);
@@ -84,6 +86,7 @@ class Snapshots {
 
  private:
   std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> seen_;
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
 };
 
 // A CPU tensor viewing the same bytes as a device tensor. Only kernels (code running on

@@ -100,7 +100,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register_native_op", &register_native_op);
   m.def("_register_nested_kernels", &register_nested_kernels);
   m.def("_executed_ops", &executed_ops);
-  m.def("_fallback_ops", &fallback_ops);
+  m.def("_fallback_ops", &fallback_ops, py::arg("kernels_only") = false);
+  m.def("_start_op_tracking", &start_op_tracking);
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_set_strict_fallback", &set_strict_fallback);
   m.def("_set_retry_failed_kernels_on_cpu", &set_retry_failed_kernels_on_cpu);

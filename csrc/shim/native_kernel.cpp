@@ -205,7 +205,6 @@ class NativeKernel final : public c10::OperatorKernel {
   NativeKernel(const c10::OperatorHandle& op, bool sync, std::optional<c10::OperatorHandle> out_op,
                bool bool_index_sync)
       : name_(full_name(op.operator_name())),
-        counter_(native_counter(name_)),
         sync_(sync),
         bool_index_sync_(bool_index_sync),
         out_op_(std::move(out_op)) {
@@ -501,7 +500,7 @@ class NativeKernel final : public c10::OperatorKernel {
         outputs.emplace_back(allocate(r.tensors[0]));
       }
     }
-    counter_.launches++;
+    track_kernel(op, /*on_cpu=*/false);
     // The kernel works on the tensors as they are now, whatever the caller does to their
     // metadata (squeeze_, t_, as_strided_, ...) before it runs.
     Snapshots take;
@@ -721,7 +720,7 @@ class NativeKernel final : public c10::OperatorKernel {
     std::optional<profiler::LaunchArgs> described;
     if (!in_place) described.emplace(args, results);
 
-    counter_.launches++;
+    track_kernel(op, /*on_cpu=*/false);
     auto plan = std::make_shared<Plan>();
     plan->use_out = use_out;
     for (const auto& w : warnings.warnings)
@@ -795,7 +794,6 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   const std::string name_;
-  OpCounter& counter_;
   const bool sync_, bool_index_sync_;
   const std::optional<c10::OperatorHandle> out_op_;
   std::optional<c10::OperatorHandle> host_op_;
@@ -888,7 +886,8 @@ void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack
               "fallback, or keep this computation on the CPU.");
   // float64 is a dtype policy, not a missing kernel: one warning says it for every operator.
   const bool float64 = reason == kFloat64Reason;
-  const bool first = record_fallback(name);
+  track_kernel(op, /*on_cpu=*/true);
+  const bool first = first_fallback_warning(name);
   if (float64 ? first_float64_fallback() : first)
     TORCH_WARN("neuron: operator '", name, "' ran on the CPU (", reason, "): its inputs were copied "
                "to the host and its results back", float64 ? " (this warning covers every float64 "

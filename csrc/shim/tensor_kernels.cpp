@@ -123,8 +123,8 @@ at::Tensor& set_empty(at::Tensor& self) {
 // to host waits for the current stream, as a blocking cudaMemcpy does, except into pinned
 // memory with non_blocking=True.
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
-  static OpCounter& copies = native_counter("aten::_copy_from");
-  copies.launches++;
+  static const c10::OperatorHandle copy_op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_copy_from", "");
+  track_kernel(copy_op, /*on_cpu=*/false);
   const profiler::LaunchArgs described({src}, {dst});  // the one launch below, while profiling
   if (src.is_cpu()) {
     auto staging = src.clone();
@@ -195,8 +195,9 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
-// Kernels keep every tensor they use alive until they have run, so there is nothing to record.
-void record_stream(at::Tensor&, c10::Stream) {}
+// As on CUDA: the block waits for `stream`'s kernels too when it is freed. Launches note the
+// streams that use a block by themselves, so this is needed only for work the shim does not see.
+void record_stream(at::Tensor& self, c10::Stream stream) { allocator()->recordStream(self.storage().data_ptr(), stream); }
 
 }  // namespace
 

@@ -17,6 +17,7 @@ from helpers import DEVICE, assert_same, check_twice, sync
 
 # An op without a lowering (verified below): quantization is outside the table on purpose.
 FALLBACK_OP = "aten::fake_quantize_per_tensor_affine_cachemask"
+FALLBACK_CALLER = "aten::fake_quantize_per_tensor_affine"  # the composite the user calls
 
 
 def fallback_fn(x: torch.Tensor) -> torch.Tensor:
@@ -285,7 +286,10 @@ def test_fallback_op_is_not_in_table_and_falls_back():
         warnings.simplefilter("always")
         check_twice(fallback_fn, a, atol=1e-5, rtol=1e-5)  # 3 calls: CPU + 2 device
         fallback_fn(a.to(DEVICE))
-    assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 3}
+    # the operator whose kernel fell back, and the composite around it (the name the user called)
+    assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 3, FALLBACK_CALLER: 3}
+    assert torch_neuronx.ops.tracking.get_fallback_kernels() == {FALLBACK_OP: 3}
+    assert FALLBACK_CALLER not in torch_neuronx.get_executed_ops()
     messages = _fallback_warnings(caught)
     assert len(messages) == 1 and FALLBACK_OP in messages[0], messages
     # clear_op_tracking resets counts and re-arms the warning
@@ -295,7 +299,7 @@ def test_fallback_op_is_not_in_table_and_falls_back():
         warnings.simplefilter("always")
         fallback_fn(a.to(DEVICE))
     assert len(_fallback_warnings(caught)) == 1
-    assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 1}
+    assert torch_neuronx.get_fallback_ops() == {FALLBACK_OP: 1, FALLBACK_CALLER: 1}
 
 
 def test_fallback_grad_matches_cpu():

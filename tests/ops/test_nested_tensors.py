@@ -135,7 +135,7 @@ def test_jagged_layout_runs_on_dense_device_kernels():
         return out.values(), loss, weight.grad, nested.grad.values()
     assert_same(run("cpu"), run(DEVICE), atol=1e-6, rtol=1e-5)
     padding = {"aten::_jagged_to_padded_dense_forward", "aten::_padded_dense_to_jagged_forward"}
-    assert set(torch_neuronx.get_fallback_ops()) <= padding
+    assert set(torch_neuronx.ops.tracking.get_fallback_kernels()) <= padding
 
 
 def test_printing_shows_the_components():

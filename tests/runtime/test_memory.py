@@ -2,8 +2,10 @@
 statistics, out-of-memory errors and per-core isolation."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
+import threading
 
 import pytest
 import torch
@@ -466,3 +468,131 @@ def test_statistics_split_small_and_large_pools_as_cuda():
         assert after[f"{stat}.all.current"] == (after[f"{stat}.small_pool.current"]
                                                + after[f"{stat}.large_pool.current"]), stat
     del small, large
+
+
+class HeldQueue:
+    """Holds a core's queue behind a gate kernel. A timer opens the gate after `timeout` seconds,
+    so a test that would wait for the queue fails (released_by_timer) instead of hanging."""
+
+    def __init__(self, device: int, timeout: float = 20.0):
+        self.gate = threading.Event()
+        self.timer = threading.Timer(timeout, self.gate.set)
+        self.timer.start()
+        torch_neuronx._C._launch_python_kernel(device, self.gate.wait, "test gate", False)
+
+    @property
+    def released_by_timer(self) -> bool:
+        return self.gate.is_set() and not self.timer.is_alive()
+
+    def release(self) -> None:
+        self.gate.set()
+        self.timer.cancel()
+
+
+@contextlib.contextmanager
+def held_queue(device: int, timeout: float = 20.0):
+    held = HeldQueue(device, timeout)
+    try:
+        yield held
+    finally:
+        held.release()
+        torch.neuron.synchronize(device)
+
+
+def built_kernels(x: torch.Tensor) -> None:
+    """Run once the operators the tests below queue: a signature's first launch waits for the core."""
+    (x * 2).sum()
+    torch.empty_like(x).fill_(7.0)
+    torch.neuron.synchronize(x.device)
+
+
+BLOCK = rounded(4096 * 4)
+
+
+def test_del_lowers_memory_allocated_at_once_and_the_same_stream_reuses_the_block():
+    """As CUDA's caching allocator: a tensor freed while queued kernels still read it leaves the
+    statistics at once, and its stream may take the block at once (its later kernels run after
+    the ones queued before the free)."""
+    x_cpu = torch.randn(4096)
+    x = x_cpu.to("neuron:2")
+    built_kernels(x)
+    with held_queue(2) as held:
+        y = x * 2  # queued behind the gate: reads x when it runs
+        block, allocated = x.data_ptr(), torch.neuron.memory_allocated(2)
+        del x
+        assert torch.neuron.memory_allocated(2) == allocated - BLOCK
+        z = torch.empty(4096, device="neuron:2")
+        assert z.data_ptr() == block  # the same stream takes the block at once
+        z.fill_(7.0)  # queued after the kernel that reads x
+        assert not held.released_by_timer
+    torch.testing.assert_close(y.cpu(), x_cpu * 2, rtol=0, atol=0)  # the CPU's kernel: exact
+    assert torch.equal(z.cpu(), torch.full((4096,), 7.0))
+
+
+def test_a_block_freed_behind_queued_kernels_waits_for_them_on_other_streams():
+    x_cpu = torch.randn(4096)
+    x = x_cpu.to("neuron:2")
+    built_kernels(x)
+    side = torch.neuron.Stream(2)
+    with held_queue(2):
+        y = x * 2
+        block = x.data_ptr()
+        del x
+        with torch.neuron.stream(side):
+            z = torch.empty(4096, device="neuron:2")
+            assert z.data_ptr() != block  # another stream's kernels might run before y's
+            z.fill_(7.0)
+    torch.testing.assert_close(y.cpu(), x_cpu * 2, rtol=0, atol=0)
+    assert torch.equal(z.cpu(), torch.full((4096,), 7.0))
+
+
+def test_a_block_used_on_another_stream_waits_for_that_stream_as_after_record_stream():
+    """Launches note the streams that use a block (CUDA needs record_stream for that): a block
+    read by a queued kernel of a side stream is not handed to its own stream until that ran."""
+    x_cpu = torch.randn(4096)
+    x = x_cpu.to("neuron:2")
+    built_kernels(x)
+    side = torch.neuron.Stream(2)
+    torch.neuron.synchronize(2)
+    with held_queue(2):
+        with torch.neuron.stream(side):
+            y = x * 2  # the side stream reads x, allocated on the default stream
+        block = x.data_ptr()
+        del x
+        z = torch.empty(4096, device="neuron:2")
+        assert z.data_ptr() != block
+        z.fill_(7.0)
+    torch.testing.assert_close(y.cpu(), x_cpu * 2, rtol=0, atol=0)
+    assert torch.equal(z.cpu(), torch.full((4096,), 7.0))
+
+
+def test_memory_queued_kernels_still_use_is_waited_for_instead_of_out_of_memory(small_capacity):
+    dev = small_capacity
+    x = torch.ones(10 * MiB, device=f"neuron:{dev}")  # 40 of the 64 MiB
+    x.sum()  # built: a signature's first launch waits for the core
+    torch.neuron.synchronize(dev)
+    side = torch.neuron.Stream(dev)
+    ooms = torch.neuron.memory_stats(dev).get("num_ooms", 0)
+    with held_queue(dev, timeout=0.5) as held:
+        with torch.neuron.stream(side):
+            total = x.sum()  # reads x on the side stream: x's block waits for it
+        del x
+        y = torch.empty(10 * MiB, device=f"neuron:{dev}")  # fits once the sum has run
+        assert held.released_by_timer  # the allocation waited for the queue
+    assert torch.neuron.memory_stats(dev).get("num_ooms", 0) == ooms
+    assert total.item() == 10 * MiB
+    assert y.numel() == 10 * MiB
+
+
+def test_empty_cache_releases_blocks_freed_behind_queued_kernels():
+    x = torch.randn(1 << 20, device="neuron:2")  # a 4 MiB block
+    built_kernels(x)
+    torch.neuron.empty_cache()
+    with held_queue(2, timeout=0.5) as held:
+        y = x.sum()
+        reserved = torch.neuron.memory_reserved(2)
+        del x
+        torch.neuron.empty_cache()  # waits for the sum, then releases x's block
+        assert held.released_by_timer
+        assert torch.neuron.memory_reserved(2) == reserved - (4 << 20)
+    del y

@@ -189,4 +189,8 @@ def _is_in_bad_fork() -> bool:
 
 
 def _lazy_init() -> None:
+    # PyTorch calls this before the first operator on a neuron device: operator tracking starts
+    # here so that it sees that operator too, and not earlier (programs that never use the
+    # device do not run its observer).
     _check_not_forked()
+    _C._start_op_tracking()

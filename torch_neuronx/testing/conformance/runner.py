@@ -193,6 +193,7 @@ def _fallback_reason(fallback_ops, inputs, outputs) -> str:
 def _run_sample(op, dtype_name, index, sample, tol, do_grad):
     """One sample: CPU reference, device run, comparison. Returns a row."""
     import torch_neuronx
+    from torch_neuronx.ops.tracking import get_fallback_kernels  # the operators that fell back, not their callers
     t0 = time.perf_counter()
     tree = (sample.input, sample.args, sample.kwargs)
     if any(is_unsupported_tensor(t) for t in tree_flatten(tree)[0]):
@@ -252,7 +253,7 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
             dev_grads = torch.autograd.grad(target, leaves, allow_unused=True)
             torch.neuron.synchronize()
     except _Mismatch as exc:
-        fb = torch_neuronx.get_fallback_ops()
+        fb = get_fallback_kernels()
         return _row(op, dtype_name, index, "mismatch", str(exc), phase=phase,
                     mode="fallback" if fb else "native", fallback_ops=" ".join(sorted(fb)),
                     seconds=time.perf_counter() - t0)
@@ -261,11 +262,11 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
             torch.neuron.synchronize()
         except Exception:
             pass
-        fb = torch_neuronx.get_fallback_ops()
+        fb = get_fallback_kernels()
         return _row(op, dtype_name, index, "error", _short(exc), phase=phase,
                     mode="fallback" if fb else "native", fallback_ops=" ".join(sorted(fb)),
                     seconds=time.perf_counter() - t0)
-    fb = torch_neuronx.get_fallback_ops()
+    fb = get_fallback_kernels()
     mode = "fallback" if fb else "native"
     fb_text = " ".join(sorted(fb))
 
