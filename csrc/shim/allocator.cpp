@@ -6,6 +6,8 @@
 
 #include "allocator.h"
 #include "device.h"
+#include "launch.h"
+#include "openmp.h"
 
 namespace torch_neuronx {
 

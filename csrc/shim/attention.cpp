@@ -9,6 +9,7 @@
 #include <ATen/native/transformers/attention.h>
 
 #include "device.h"
+#include "host_aliases.h"
 
 namespace torch_neuronx {
 namespace {

@@ -12,6 +12,8 @@
 
 #include "allocator.h"
 #include "device.h"
+#include "host_aliases.h"
+#include "launch.h"
 #include "kernel_object.h"
 
 namespace py = pybind11;
@@ -230,9 +232,9 @@ class CompiledGraph {
     const auto on = static_cast<c10::DeviceIndex>(device);
     bool ran;
     {
-      const std::function<void()> here = [&] { run(*code_, inputs, buffers); };
       py::gil_scoped_release nogil;
-      ran = launch_inline(on, here, code_->name, neuron_rt::HostWork::kClaim);
+      ran = launch(on, [&] { run(*code_, inputs, buffers); },
+                   {.name = code_->name, .host = neuron_rt::HostWork::kClaim, .completion = Launch::kInlineOnly});
     }
     if (ran) return outputs;
     // Queued, the kernel gets tensors of its own on the buffers' memory, so that it does not add
@@ -244,7 +246,7 @@ class CompiledGraph {
       run(*code, py::reinterpret_borrow<py::list>(held->object), buffers);
     };
     py::gil_scoped_release nogil;
-    launch(on, std::move(kernel), code_->name);
+    launch(on, std::move(kernel), {.name = code_->name});
     return outputs;
   }
 

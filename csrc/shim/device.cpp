@@ -1,19 +1,14 @@
 #include "device.h"
 
-#include <ATen/record_function.h>
 #include <c10/core/AutogradState.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
-#include <dlfcn.h>
-#include <pybind11/pybind11.h>
 
 #include <atomic>
 #include <mutex>
-#include <optional>
 #include <vector>
 
-#include "allocator.h"
 #include "op_tracking.h"
+#include "openmp.h"
 #include "profiler.h"
 
 namespace torch_neuronx {
@@ -21,7 +16,6 @@ namespace torch_neuronx {
 namespace {
 thread_local c10::DeviceIndex tls_device = 0;
 thread_local std::vector<c10::StreamId> tls_streams;  // current stream per device
-std::atomic<bool> capture_stack{false};
 std::atomic<bool> calling_thread_backward{true};
 std::once_flag first_use;
 
@@ -136,29 +130,6 @@ void raise_pending_error(neuron_rt::Core& c) {
   deliver_kernel_warnings(static_cast<c10::DeviceIndex>(c.pool.device()));
 }
 
-// Kernels run on the core's worker thread, which keeps its own OpenMP team; a host thread that
-// ever ran a parallel CPU op (model initialization, data preparation) keeps another for good.
-// With more OpenMP threads than cores, libgomp throttles every team: threads spin ~100 times
-// before sleeping, so each barrier of a kernel becomes futex round trips (measured: compiled
-// TinyGPT graphs ran 2x slower). A host thread waiting for a core has no use for its team, so it
-// releases it (omp_pause_resource_all); its next parallel CPU op re-creates it. Other OpenMP
-// runtimes than libgomp are left alone.
-static void pause_openmp_threads() {
-  using Pause = int (*)(int);
-  static const Pause pause = [] {
-    void* gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    return gomp ? reinterpret_cast<Pause>(dlsym(gomp, "omp_pause_resource_all")) : nullptr;
-  }();
-  constexpr int kPauseSoft = 1;  // omp_pause_soft
-  if (pause) pause(kPauseSoft);
-}
-
-void release_host_openmp_threads() {
-  if (!neuron_rt::on_worker_thread()) pause_openmp_threads();
-}
-
-void release_worker_openmp_threads() { pause_openmp_threads(); }
-
 // Called from inside a kernel of the core (a CPU fallback resizing an output), a synchronization
 // has nothing to wait for: the kernels before it have run, the ones after it cannot start.
 static bool inside_kernel_of(c10::DeviceIndex index) { return neuron_rt::executing_device() == index; }
@@ -180,156 +151,5 @@ void synchronize_device(c10::DeviceIndex index) {
   c.queue.synchronize();
   raise_pending_error(c);
 }
-
-void set_capture_stack(bool enabled) { capture_stack = enabled; }
-
-std::string launch_stack() {
-  if (!capture_stack || !Py_IsInitialized()) return {};
-  pybind11::gil_scoped_acquire gil;
-  try {
-    auto frames = pybind11::module_::import("traceback").attr("format_stack")();
-    std::string out;
-    for (auto frame : frames) out += frame.cast<std::string>();
-    return out;
-  } catch (const pybind11::error_already_set&) {
-    return {};
-  }
-}
-
-// Runs `fn` on the calling thread as the next kernel of the current stream if the core takes it
-// there (begin_inline), and says whether it did. `capture`: rethrow its error here rather than
-// defer it. The kernel's own ATen calls stay out of the profiler's operator records, as on the
-// worker.
-static bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
-                        neuron_rt::HostWork host, bool capture) {
-  auto& c = core(device);
-  const int stream = static_cast<int>(current_stream(device).id());
-  const uint64_t seq = c.queue.begin_inline(stream, host);
-  if (!seq) return false;
-  auto error = capture ? std::make_shared<std::exception_ptr>() : nullptr;
-  const uint64_t token = profiler::on_launch(device);
-  const neuron_rt::LaunchInfo info{name, launch_stack(), token};
-  profiler::on_enqueued(token);
-  {
-    // Switching recording off rebuilds the thread's callback lists: only when a profiler records
-    // on this thread (its callbacks are thread-local; op tracking's global one skips kernels).
-    std::optional<at::RecordFunctionGuard> unrecorded;
-    if (at::hasThreadLocalCallbacks()) unrecorded.emplace(false);
-    c.queue.finish_inline(stream, seq, fn, info, error);
-  }
-  if (error && *error) std::rethrow_exception(*error);
-  return true;
-}
-
-static void launch_impl(c10::DeviceIndex device, std::function<void()> fn, std::string name,
-                        bool wait, neuron_rt::HostWork host) {
-  // A kernel asking its own core for more work (a CPU fallback copying its arguments): every
-  // earlier kernel has run and no later one has started, so the work runs here, in order.
-  if (inside_kernel_of(device)) return fn();
-  deliver_kernel_warnings(device);
-  const bool blocking = wait || neuron_rt::Runtime::get().topology().launch_blocking;
-  if (run_if_idle(device, fn, name, host, blocking)) return;
-  auto& c = core(device);
-  const int stream = static_cast<int>(current_stream(device).id());
-  auto error = blocking ? std::make_shared<std::exception_ptr>() : nullptr;
-  const uint64_t token = profiler::on_launch(device);
-  neuron_rt::LaunchInfo info{std::move(name), launch_stack(), token};
-  const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
-  profiler::on_enqueued(token);
-  if (!blocking) return;
-  release_host_openmp_threads();
-  c.queue.wait_item(stream, seq);
-  if (*error) std::rethrow_exception(*error);
-}
-
-void launch(c10::DeviceIndex device, std::function<void()> fn, std::string name, neuron_rt::HostWork host) {
-  launch_impl(device, std::move(fn), std::move(name), false, host);
-}
-
-bool launch_inline(c10::DeviceIndex device, const std::function<void()>& fn, const std::string& name,
-                   neuron_rt::HostWork host) {
-  return run_if_idle(device, fn, name, host, neuron_rt::Runtime::get().topology().launch_blocking);
-}
-
-void without_gil(const std::function<void()>& f) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release nogil;
-    f();
-  } else {
-    f();
-  }
-}
-
-void launch_and_wait(c10::DeviceIndex device, std::function<void()> fn, std::string name,
-                     neuron_rt::HostWork host) {
-  launch_impl(device, std::move(fn), std::move(name), true, host);
-}
-
-at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
-  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-  return at::Tensor(std::move(impl));
-}
-
-at::Tensor snapshot(const at::Tensor& t) { return Snapshots()(t); }
-
-at::Tensor Snapshots::operator()(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() != kNeuron) return t;
-  for (const auto& [impl, taken] : seen_)
-    if (impl == t.unsafeGetTensorImpl()) return taken;
-  const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
-  const c10::Storage* storage = nullptr;
-  for (const auto& [impl, s] : storages_)
-    if (impl == key) storage = &s;
-  if (!storage) {
-    storages_.emplace_back(key, kernel_storage(t.storage()));
-    storage = &storages_.back().second;
-  }
-  seen_.emplace_back(t.unsafeGetTensorImpl(), tensor_on(*storage, c10::DispatchKey::PrivateUse1, t));
-  return seen_.back().second;
-}
-
-c10::IValue Snapshots::operator()(const c10::IValue& v) {
-  if (v.isTensor()) return (*this)(v.toTensor());
-  if (v.isTensorList()) {
-    std::vector<at::Tensor> list;
-    for (const at::Tensor& t : v.toTensorList()) list.push_back((*this)(t));
-    return list;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> list;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-      list.push_back(t.has_value() ? std::optional<at::Tensor>((*this)(*t)) : std::nullopt);
-    return list;
-  }
-  return v;
-}
-
-at::Tensor HostAliases::operator()(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() != kNeuron) return t;
-  for (const auto& [impl, alias] : tensors_)
-    if (impl == t.unsafeGetTensorImpl()) return alias;
-  tensors_.emplace_back(t.unsafeGetTensorImpl(), alias_of(t));
-  return tensors_.back().second;
-}
-
-// Empty tensors are aliases too (their storage and offset are what a kernel resizes from).
-at::Tensor HostAliases::alias_of(const at::Tensor& t) {
-  const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
-  c10::Storage* storage = nullptr;
-  for (auto& [impl, s] : storages_)
-    if (impl == key) storage = &s;
-  if (!storage) {
-    void* data = const_cast<void*>(t.storage().data());
-    storages_.emplace_back(
-        key, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                          c10::DataPtr(data, c10::Device(at::kCPU)),
-                          resizable_ ? c10::GetCPUAllocator() : nullptr, resizable_));
-    storage = &storages_.back().second;
-  }
-  return tensor_on(*storage, c10::DispatchKey::CPU, t);
-}
-
-at::Tensor host_alias(const at::Tensor& t) { return HostAliases()(t); }
 
 }  // namespace torch_neuronx

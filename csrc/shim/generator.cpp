@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "device.h"
+#include "launch.h"
 
 namespace torch_neuronx {
 

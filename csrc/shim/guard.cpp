@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device.h"
+#include "openmp.h"
 
 namespace torch_neuronx {
 

@@ -5,7 +5,10 @@
 
 #include "compiled_graph.h"
 #include "device.h"
+#include "launch.h"
+#include "openmp.h"
 #include "generator.h"
+#include "host_aliases.h"
 #include "kernel_object.h"
 #include "native_kernel.h"
 #include "nested_tensor.h"
@@ -50,8 +53,8 @@ void launch_python_kernel(int device, py::object fn, const std::string& name, bo
     }
   };
   py::gil_scoped_release nogil;
-  if (wait) launch_and_wait(static_cast<c10::DeviceIndex>(device), std::move(body), name);
-  else launch(static_cast<c10::DeviceIndex>(device), std::move(body), name);
+  launch(static_cast<c10::DeviceIndex>(device), std::move(body),
+         {.name = name, .completion = wait ? Launch::kWaited : Launch::kQueued});
 }
 
 }  // namespace

@@ -32,6 +32,8 @@
 #include "allocator.h"
 #include "device.h"
 #include "generator.h"
+#include "host_aliases.h"
+#include "launch.h"
 #include "op_tracking.h"
 #include "profiler.h"
 #include "rnn_cells.h"
@@ -508,7 +510,7 @@ class NativeKernel final : public c10::OperatorKernel {
     for (size_t j = 0; j < outputs.size(); ++j)
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
     for (auto& arg : args) arg = take(arg);
-    const profiler::LaunchArgs described(args, outputs);
+    std::string described = profiler::describe_launch(args, outputs);
     launch(device,
            [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
              maybe_fault();
@@ -523,7 +525,7 @@ class NativeKernel final : public c10::OperatorKernel {
              for (size_t j = 0; j < fresh.size(); ++j)
                if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
            },
-           name_, host_work());
+           {.name = name_, .host = host_work(), .described = std::move(described)});
     for (auto& out : outputs) stack->push_back(std::move(out));
   }
 
@@ -664,9 +666,7 @@ class NativeKernel final : public c10::OperatorKernel {
       if (r.alias_arg >= 0) aliases.push_back(args[r.alias_arg]);
     const bool in_place = aliases.size() == return_shape_.size();
     try {
-      std::optional<profiler::LaunchArgs> described;
-      if (in_place) described.emplace(args, aliases);
-      launch_and_wait(device,
+      launch(device,
                       [&] {
                         const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
                         maybe_fault();
@@ -708,7 +708,8 @@ class NativeKernel final : public c10::OperatorKernel {
                           use_out = out_overload_matches(args, results, device);
                         }
                       },
-                      name_, host_work());
+                      {.name = name_, .host = host_work(), .completion = Launch::kWaited,
+                       .described = in_place ? profiler::describe_launch(args, aliases) : std::string()});
     } catch (const std::exception& e) {
       const bool unimplemented = dynamic_cast<const c10::NotImplementedError*>(&e) ||
                                  dynamic_cast<const InjectedFault*>(&e);
@@ -717,8 +718,9 @@ class NativeKernel final : public c10::OperatorKernel {
       return fallback_to_cpu(op, stack, std::string("the device kernel failed (") + e.what() + ")");
     }
     for (const auto& w : warnings.warnings) c10::warn(w);  // as if the kernel ran on this thread
-    std::optional<profiler::LaunchArgs> described;
-    if (!in_place) described.emplace(args, results);
+    // The first copy launched below carries the call's description (an in-place call's did).
+    std::string described = in_place ? std::string() : profiler::describe_launch(args, results);
+    auto copy_launch = [&] { return Launch{.name = name_, .host = host_work(), .described = std::exchange(described, {})}; };
 
     track_kernel(op, /*on_cpu=*/false);
     auto plan = std::make_shared<Plan>();
@@ -733,7 +735,7 @@ class NativeKernel final : public c10::OperatorKernel {
         at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(out.storage(), grown.nbytes());
       launch(device, [out = snapshot(out), grown] {
         std::memcpy(const_cast<void*>(out.storage().data()), grown.data(), grown.nbytes());
-      }, name_, host_work());
+      }, copy_launch());
     }
     for (const auto& [i, layout] : alias_resizes) {
       const at::Tensor& out = args[i].toTensor();
@@ -755,7 +757,7 @@ class NativeKernel final : public c10::OperatorKernel {
         restride(out, layout);
         plan->out_resizes.emplace_back(i, std::move(layout));
       }
-      launch(device, [out = snapshot(out), clone] { host_alias(out).copy_(clone); }, name_, host_work());
+      launch(device, [out = snapshot(out), clone] { host_alias(out).copy_(clone); }, copy_launch());
     }
 
     plan->returns = return_shape_;
@@ -779,7 +781,7 @@ class NativeKernel final : public c10::OperatorKernel {
         if (h.defined()) layout = {h.sizes().vec(), h.strides().vec(), h.scalar_type()};
         at::Tensor out = allocate(layout);
         if (h.defined())
-          launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, name_, host_work());
+          launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, copy_launch());
         outs.push_back(out);
         r.tensors.push_back(std::move(layout));
       }
@@ -845,12 +847,12 @@ void run_as_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10:
   const at::ThreadLocalState state;
   WarningCollector warnings;
   without_gil([&] {
-    launch_and_wait(device, [&] {
+    launch(device, [&] {
       const at::ThreadLocalStateGuard caller_state(state);
       const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
       const c10::DeviceGuard guard(c10::Device(kNeuron, device));
       body();
-    }, name, neuron_rt::HostWork::kFollow);
+    }, {.name = name, .host = neuron_rt::HostWork::kFollow, .completion = Launch::kWaited});
   });
   for (const auto& w : warnings.warnings) c10::warn(w);  // as if the CPU kernel ran on this thread
   span.set_args(inputs, torch::jit::last(*stack, op.schema().returns().size()));

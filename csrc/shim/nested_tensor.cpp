@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "device.h"
+#include "host_aliases.h"
 #include "native_kernel.h"
 
 namespace torch_neuronx {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "device.h"
+#include "launch.h"
 
 namespace torch_neuronx::profiler {
 
@@ -68,11 +69,10 @@ struct HostEvent {
   uint64_t correlation;
   Nanos start, end = 0;
   uint64_t launch = 0;
-  std::string args;  // a launch's LaunchArgs, handed to its kernel's record
+  std::string args;  // a launch's description, handed to its kernel's record
 };
 
 thread_local std::vector<uint64_t> tls_correlation;
-thread_local std::string tls_launch_args;  // of the live LaunchArgs; the first launch takes it
 thread_local int tls_fallbacks = 0;         // live FallbackSpans on this thread
 std::atomic<bool> recording_now{false};
 
@@ -510,10 +510,9 @@ const bool stubs_registered = [] {
 
 bool recording() { return recording_now.load(std::memory_order_relaxed); }
 
-uint64_t on_launch(int device) {
+uint64_t on_launch(int device, std::string args) {
   if (!recording()) return 0;
   if (tls_fallbacks) return kFallbackKernel;
-  std::string args = std::exchange(tls_launch_args, {});  // only the first launch of a call has them
   auto& c = collector();
   std::lock_guard<std::mutex> lock(c.mu);
   if (!c.profiles(device)) return 0;
@@ -578,11 +577,9 @@ std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValu
   return out;
 }
 
-LaunchArgs::LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
-  if (recording() && !tls_fallbacks) tls_launch_args = describe(inputs, outputs);
+std::string describe_launch(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs) {
+  return recording() && !tls_fallbacks ? describe(inputs, outputs) : std::string();
 }
-
-LaunchArgs::~LaunchArgs() { tls_launch_args.clear(); }
 
 FallbackSpan::FallbackSpan(int device, std::string name)
     : device_(device),

@@ -17,8 +17,8 @@ bool recording();
 
 // Called by every launch: the token the launch carries in LaunchInfo::correlation, which links
 // its kernel to the innermost framework operator on this thread and to the launch's host-side
-// event (and arguments, see LaunchArgs); 0 when not recording.
-uint64_t on_launch(int device);
+// event, with `args` (describe_launch); 0 when not recording.
+uint64_t on_launch(int device, std::string args);
 // The launch of `token` is enqueued (ends its host-side event).
 void on_enqueued(uint64_t token);
 
@@ -27,16 +27,9 @@ void on_enqueued(uint64_t token);
 // "bytes": n}, a tensor list a list of those, a number or bool itself, anything else null.
 std::string describe(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
 
-// While alive (and recording), the next launch on this thread carries describe(inputs, outputs)
-// to its kernel's activity; nothing is described when no profiler records, nor inside a CPU
-// fallback (its copies' transfer is part of the fallback's estimate).
-class LaunchArgs {
- public:
-  LaunchArgs(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
-  ~LaunchArgs();
-  LaunchArgs(const LaunchArgs&) = delete;
-  LaunchArgs& operator=(const LaunchArgs&) = delete;
-};
+// describe(inputs, outputs) for a launch (Launch::described) while a profiler records, else
+// empty; also empty inside a CPU fallback (its copies' transfer is part of the fallback's estimate).
+std::string describe_launch(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10::IValue> outputs);
 
 // What the last finished session leaves for torch_neuronx.profiling: the arguments of its
 // kernels (by core and start time, as in the activities) and its host samples.
@@ -57,7 +50,7 @@ std::vector<Sample> last_samples();
 
 // Records a CPU fallback's host execution as an activity on the core's fallback lane: the
 // device is idle meanwhile, and the time is the fallback's cost. Launches on this thread while
-// it is alive (the fallback's copies) are not described (see LaunchArgs).
+// it is alive (the fallback's copies) are not described (see describe_launch).
 class FallbackSpan {
  public:
   FallbackSpan(int device, std::string name);

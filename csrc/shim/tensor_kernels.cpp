@@ -15,6 +15,8 @@
 
 #include "allocator.h"
 #include "device.h"
+#include "host_aliases.h"
+#include "launch.h"
 #include "op_tracking.h"
 #include "profiler.h"
 
@@ -125,22 +127,26 @@ at::Tensor& set_empty(at::Tensor& self) {
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   static const c10::OperatorHandle copy_op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::_copy_from", "");
   track_kernel(copy_op, /*on_cpu=*/false);
-  const profiler::LaunchArgs described({src}, {dst});  // the one launch below, while profiling
+  // The one launch below carries the copy's description, while profiling.
+  auto copy = [described = profiler::describe_launch({src}, {dst})](const char* name, neuron_rt::HostWork host,
+                                                                    Launch::Completion completion = Launch::kQueued) {
+    return Launch{.name = name, .host = host, .completion = completion, .described = described};
+  };
   if (src.is_cpu()) {
     auto staging = src.clone();
     launch(dst.device().index(), [dst = snapshot(dst), staging] { host_alias(dst).copy_(staging); },
-           "aten::_copy_from (host to device)", neuron_rt::HostWork::kFollow);
+           copy("aten::_copy_from (host to device)", neuron_rt::HostWork::kFollow));
   } else if (dst.is_cpu() && non_blocking && dst.is_pinned()) {
     // As cudaMemcpyAsync into page-locked memory: queued on the current stream, the caller goes
     // on; the data is there once the stream is synchronized or an event recorded after it completes.
     launch(src.device().index(), [src = snapshot(src), dst] { dst.copy_(host_alias(src)); },
-           "aten::_copy_from (device to host, non-blocking)", neuron_rt::HostWork::kFollow);
+           copy("aten::_copy_from (device to host, non-blocking)", neuron_rt::HostWork::kFollow));
   } else if (dst.is_cpu()) {
     const auto device = src.device().index();
     // Below ATen's parallel grain the copy runs on one thread: on an idle core, right here.
     const auto host = dst.numel() <= at::internal::GRAIN_SIZE ? neuron_rt::HostWork::kSerial
                                                                : neuron_rt::HostWork::kFollow;
-    launch_and_wait(device, [&] { dst.copy_(host_alias(src)); }, "aten::_copy_from (device to host)", host);
+    launch(device, [&] { dst.copy_(host_alias(src)); }, copy("aten::_copy_from (device to host)", host, Launch::kWaited));
     raise_pending_error(core(device));
   } else if (src.device() == dst.device()) {
     Snapshots take;  // x.copy_(x) stays one tensor for the kernel
@@ -149,12 +155,12 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
              HostAliases alias;
              alias(dst).copy_(alias(src));
            },
-           "aten::_copy_from (device to device)", neuron_rt::HostWork::kFollow);
+           copy("aten::_copy_from (device to device)", neuron_rt::HostWork::kFollow));
   } else {
     // Core to core: the source core must have produced the data before the target reads it.
     synchronize_device(src.device().index());
-    launch_and_wait(dst.device().index(), [&] { host_alias(dst).copy_(host_alias(src)); },
-                    "aten::_copy_from (core to core)");
+    launch(dst.device().index(), [&] { host_alias(dst).copy_(host_alias(src)); },
+           copy("aten::_copy_from (core to core)", neuron_rt::HostWork::kNever, Launch::kWaited));
   }
   return dst;
 }
@@ -180,8 +186,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   const auto device = self.device().index();
   at::Scalar value;
-  launch_and_wait(device, [&] { value = at::_local_scalar_dense(host_alias(self)); },
-                  "aten::_local_scalar_dense", neuron_rt::HostWork::kSerial);
+  launch(device, [&] { value = at::_local_scalar_dense(host_alias(self)); },
+         {.name = "aten::_local_scalar_dense", .host = neuron_rt::HostWork::kSerial, .completion = Launch::kWaited});
   raise_pending_error(core(device));
   return value;
 }

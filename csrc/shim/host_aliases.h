@@ -1,0 +1,55 @@
+// Device tensors as kernels see them: snapshots that keep a launch's view of its tensors, and
+// host aliases (CPU tensors on the same memory) that the CPU kernels compute on.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <utility>
+#include <vector>
+
+namespace torch_neuronx {
+
+// A tensor of dispatch key `key` on `storage`, with `like`'s dtype, sizes, strides and offset.
+at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like);
+
+// A tensor on `t`'s memory with its current sizes, strides and offset, so a queued kernel sees
+// the tensor as it was at launch even if the caller then changes its metadata in place
+// (squeeze_, t_, as_strided_, set_). It does not own the memory (kernel_storage): the caller's
+// `del` frees it at once, in stream order. Lists and other values pass through.
+at::Tensor snapshot(const at::Tensor& t);
+
+// snapshot() of every argument of one launch: an argument passed twice (add(x, y, out=x)) stays
+// one tensor for the kernel, so PyTorch's identity checks see what the caller passed, and views
+// of one storage share one, so its overlap checks see their aliasing.
+class Snapshots {
+ public:
+  at::Tensor operator()(const at::Tensor& t);
+  c10::IValue operator()(const c10::IValue& v);
+
+ private:
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> seen_;
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
+};
+
+// A CPU tensor viewing the same bytes as a device tensor. Only kernels (code running on
+// the hardware queue, or on the host after a synchronization) may use it.
+at::Tensor host_alias(const at::Tensor& device_tensor);
+
+// Memoizes aliases per storage within one kernel, so aliasing between arguments (views of
+// one buffer) stays visible to the CPU kernels' overlap checks, and per tensor, so an argument
+// passed twice is one host tensor (PyTorch tells "the same tensor" from "overlapping views").
+class HostAliases {
+ public:
+  // `resizable`: a kernel may grow an alias's storage, which then moves to host memory (the
+  // caller copies it back to the device; see NativeKernel::build).
+  explicit HostAliases(bool resizable = false) : resizable_(resizable) {}
+  at::Tensor operator()(const at::Tensor& device_tensor);
+
+ private:
+  bool resizable_;
+  at::Tensor alias_of(const at::Tensor& device_tensor);
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> tensors_;
+};
+
+}  // namespace torch_neuronx
