@@ -3,6 +3,7 @@ rounds to the destination dtype and records the instruction with its estimated c
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -13,6 +14,7 @@ from . import cost_model as cm
 from . import rules
 from .context import current
 from .ops import BINARY, INTEGER_CLOSED, REDUCE, UNARY, op_name, require
+from . import tile as _tile
 from .tile import AccessPattern, Tile, resolve
 
 
@@ -388,3 +390,6 @@ def memset(shape: tuple[int, ...], value: Any, dtype: Any, buffer: str = "sbuf")
                     out_dtype, buffer)
     _record_lanes(cm.GPSIMD, "memset", shape, out_dtype)
     return tile
+
+
+_tile.bind_instruction_set(sys.modules[__name__])  # Tile's operators run these

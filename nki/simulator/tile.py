@@ -236,4 +236,12 @@ class AccessPattern:
             self.tensor.data[tuple(k[index.mask] for k in index.key)] = values[index.mask]
 
 
-from . import instructions as _ins  # noqa: E402  (operators need the instruction set)
+
+# The instruction set that Tile's operators and assignments run (nki.simulator.instructions).
+# It sits above tiles and binds itself here when it is imported, so tiles import nothing of it.
+_ins: Any = None
+
+
+def bind_instruction_set(instructions: Any) -> None:
+    global _ins
+    _ins = instructions

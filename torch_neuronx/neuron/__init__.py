@@ -15,6 +15,7 @@ import torch
 
 from .. import _C
 from ..runtime import current_topology as _topology
+from ..runtime.devices import device_index as _device_index
 from .memory import (empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info,
                      memory_allocated, memory_reserved, memory_stats, memory_summary,
                      reset_accumulated_memory_stats, reset_peak_memory_stats)
@@ -32,18 +33,6 @@ __all__ = [
     "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
     "memory_summary", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "mem_get_info",
 ]
-
-
-def _device_index(device: Any = None, optional: bool = True) -> int:
-    """Index of a neuron device given as ``None`` (current), int, str or torch.device."""
-    if device is None:
-        return current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "neuron":
-        raise ValueError(f"Expected a neuron device, but got: {device}")
-    return current_device() if device.index is None else device.index
 
 
 def _check_not_forked() -> None:

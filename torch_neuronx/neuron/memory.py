@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from .. import _C
+from ..runtime.devices import device_index as _device_index
 
 
 def _index(device: Any) -> int:
-    from . import _device_index
     return _device_index(device)
 
 

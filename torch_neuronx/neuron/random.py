@@ -10,10 +10,10 @@ from typing import Any, Iterable
 import torch
 
 from .. import _C
+from ..runtime.devices import device_index as _device_index
 
 
 def _generator(device: Any = None) -> torch.Generator:
-    from . import _device_index
     index = _device_index(device)
     if _C._is_initialized():
         _C._synchronize(index)

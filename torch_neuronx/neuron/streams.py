@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import _C
+from ..runtime.devices import device_index as _device_index
 
 
 class Stream(torch.Stream):
@@ -25,7 +26,6 @@ class Stream(torch.Stream):
     def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
         if "stream_id" in kwargs:  # wrap an existing stream (torch.Stream protocol)
             return super().__new__(cls, **kwargs)
-        from . import _device_index
         with torch.neuron.device(_device_index(device)):
             return super().__new__(cls, device=torch.device("neuron", torch.neuron.current_device()),
                                    priority=priority)
@@ -86,7 +86,6 @@ def _wrap(stream: torch.Stream) -> Stream:
 
 def current_stream(device: Any = None) -> Stream:
     r"""Return the currently selected stream of a device."""
-    from . import _device_index
     return _wrap(torch.accelerator.current_stream(_device_index(device)))
 
 

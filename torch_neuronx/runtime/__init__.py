@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .. import _C
+from .devices import device_index as _device_index
 from .topology import Topology, from_env
 
 _topology: Topology | None = None
@@ -27,7 +28,6 @@ def current_topology() -> Topology:
 
 def set_hbm_capacity(nbytes: int, device: torch.types.Device = None) -> None:
     """Change a core's HBM capacity (an accounting limit; tests use small ones)."""
-    from ..neuron import _device_index
     _C._set_hbm_capacity(_device_index(device), int(nbytes))
 
 
@@ -42,6 +42,5 @@ def kernel_counts(device: torch.types.Device = None) -> dict[str, int]:
     """Kernels a core has executed so far: ``worker`` — by its worker thread, from the queue;
     ``host`` — on the launching thread, because the core was idle (see docs/architecture.md,
     "Kernels on an idle core"; ``TORCH_NEURONX_INLINE_KERNELS=0`` queues every kernel)."""
-    from ..neuron import _device_index
     worker, host = _C._kernel_counts(_device_index(device))
     return {"worker": worker, "host": host}
