@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -101,6 +102,13 @@ def test_profiled_training_matches_unprofiled_training():
     for name, tensor in plain_state.items():
         torch.testing.assert_close(state[name], tensor, rtol=0, atol=0)
     assert self_device_us(prof, "aten::addmm") > 0
+
+
+def test_a_kernels_device_time_is_the_time_it_ran_on_the_core():
+    """A kernel that sleeps 30 ms on the core is reported with at least those 30 ms."""
+    prof = record(lambda: torch_neuronx._C._launch_python_kernel(0, lambda: time.sleep(0.03), "test sleep", False))
+    kernels = [k for k in device_events(prof) if k.name() == "test sleep"]
+    assert len(kernels) == 1 and 30e6 <= kernels[0].duration_ns() < 60e9
 
 
 def test_cpu_fallback_is_timed_on_its_own_lane():

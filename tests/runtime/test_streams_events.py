@@ -2,6 +2,8 @@
 torch.Stream / torch.Event and torch.accelerator."""
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -157,18 +159,22 @@ def test_record_event_returns_event():
     assert e.query()
 
 
-def test_elapsed_time_with_torch_event():
-    x = torch.randn(400, 400, device="neuron")
-    start = torch.Event(device="neuron", enable_timing=True)
-    end = torch.Event(device="neuron", enable_timing=True)
+def sleeping_kernel(device: int, seconds: float) -> None:
+    """A kernel that takes at least `seconds` on the core (a Python kernel that sleeps)."""
+    torch_neuronx._C._launch_python_kernel(device, lambda: time.sleep(seconds), "test sleep", False)
+
+
+@pytest.mark.parametrize("make", [lambda: torch.Event(device="neuron", enable_timing=True),
+                                  lambda: torch.neuron.Event(enable_timing=True)], ids=["torch.Event", "neuron.Event"])
+def test_elapsed_time_measures_the_kernels_between_the_events(make):
+    """The markers are timed when the core reaches them: a 50 ms kernel between them is inside."""
+    start, end = make(), make()
     start.record()
-    y = x
-    for _ in range(5):
-        y = y @ x
+    sleeping_kernel(torch.neuron.current_device(), 0.05)
     end.record()
     end.synchronize()
     ms = start.elapsed_time(end)
-    assert isinstance(ms, float) and ms >= 0.0
+    assert isinstance(ms, float) and 50.0 <= ms < 60_000.0
 
 
 def test_elapsed_time_requires_timing():
@@ -180,23 +186,22 @@ def test_elapsed_time_requires_timing():
         a.elapsed_time(b)
 
 
-    x = torch.randn(200, 200, device="neuron")
-    start = torch.neuron.Event(enable_timing=True)
-    end = torch.neuron.Event(enable_timing=True)
-    start.record()
-    y = x @ x
-    end.record()
-    end.synchronize()
-    assert start.elapsed_time(end) >= 0.0
-
-
-def test_record_stream_strict():
+@pytest.mark.parametrize("recorded", [False, True])
+def test_record_stream_keeps_a_freed_block_from_other_streams_until_that_stream_ran(recorded):
+    """As on CUDA: after y.record_stream(s), y's block waits for the work queued on s at the free
+    before another stream gets it; without it, the stream it was allocated on takes it at once."""
     s = torch.neuron.Stream()
-    x = torch.randn(100, device="neuron")
+    x = torch.randn(1000, device="neuron")
+    y = x * 2
+    torch.neuron.synchronize()
     with torch.neuron.stream(s):
-        y = x * 2
-    y.record_stream(s)
+        sleeping_kernel(torch.neuron.current_device(), 0.2)  # s is busy when y is freed
+    if recorded:
+        y.record_stream(s)
+    block = y.data_ptr()
     del y
+    z = torch.empty(1000, device="neuron")
+    assert (z.data_ptr() != block) == recorded
     s.synchronize()
 
 
@@ -266,7 +271,6 @@ def test_streams_on_other_cores():
             y = x @ x
             e = torch.neuron.Event()
             e.record()
-        assert e.query() in (True, False)
         torch.neuron.current_stream(dev).wait_event(e)
         with torch.neuron.device(dev):
             z = y - 1
