@@ -13,6 +13,7 @@ import collections
 import contextvars
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,30 @@ class _Result:
     value: Any = None
 
 
-_results: dict[tuple, tuple[_Result, ...] | _Result] = {}
+MAX_SIGNATURES_PER_KERNEL = 64
+# The result structure of each kernel per call signature. Held weakly by the kernel (a collected
+# kernel's id may be reused by another one) and bounded per kernel: shapes that keep changing
+# push out the least recently used.
+_results: weakref.WeakKeyDictionary[Any, collections.OrderedDict[tuple, Any]] = weakref.WeakKeyDictionary()
 _results_lock = threading.Lock()
+
+
+def _known_result(kernel: Any, key: tuple) -> Any:
+    with _results_lock:
+        known = _results.get(kernel)
+        if known is None or key not in known:
+            return None
+        known.move_to_end(key)
+        return known[key]
+
+
+def _remember_result(kernel: Any, key: tuple, spec: Any) -> None:
+    with _results_lock:
+        known = _results.setdefault(kernel, collections.OrderedDict())
+        known[key] = spec
+        known.move_to_end(key)
+        while len(known) > MAX_SIGNATURES_PER_KERNEL:
+            known.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -79,8 +102,8 @@ def _sizes(values: Any) -> tuple[int, ...]:
     return tuple(optimization_hint(v) for v in values)
 
 
-def _signature(kernel: Any, flat: list[Any], grid: tuple[int, ...]) -> tuple:
-    parts: list[Any] = [id(kernel), grid]
+def _signature(flat: list[Any], grid: tuple[int, ...]) -> tuple:
+    parts: list[Any] = [grid]
     for a in flat:
         if isinstance(a, torch.Tensor):
             parts.append((a.dtype, _sizes(a.shape), _sizes(a.stride())))
@@ -135,9 +158,8 @@ def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any
         raise RuntimeError(f"nki kernel '{kernel.__name__}': all tensor arguments must be on one neuron "
                            f"device (got {sorted(map(str, devices))}); move them with .to('neuron')")
     device = next(iter(devices))
-    key = _signature(kernel, flat, grid)
-    with _results_lock:
-        spec = _results.get(key)
+    key = _signature(flat, grid)
+    spec = _known_result(kernel, key)
 
     read_only = read_only_storages.get()
     hosts = [_C._host_alias(a) if isinstance(a, torch.Tensor) else None for a in flat]
@@ -167,8 +189,7 @@ def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any
         return outputs
     _C._launch_python_kernel(index, body, name, True)
     spec, result = recorded
-    with _results_lock:
-        _results[key] = spec
+    _remember_result(kernel, key, spec)
     outputs = _materialize(spec, flat, device)
     _fill(result, outputs)  # fresh tensors no queued kernel knows of: safe to write from here
     return outputs
@@ -179,8 +200,7 @@ def fake_launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -
     right shapes, dtypes and aliasing, without running anything."""
     flat = [*args, *kwargs.values()]
     device = next(a.device for a in flat if isinstance(a, torch.Tensor))
-    with _results_lock:
-        spec = _results.get(_signature(kernel, flat, grid))
+    spec = _known_result(kernel, _signature(flat, grid))
     if spec is None:  # learn the result structure from a simulation on zeros
         spec = _simulate_on_zeros(kernel, flat, list(kwargs), grid)
     return _materialize(spec, flat, device)
@@ -193,8 +213,7 @@ def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tup
     n_positional = len(flat) - len(names)
     result, _ = simulator.run(kernel, views[:n_positional], dict(zip(names, views[n_positional:])), grid)
     spec = _describe(result, [v if isinstance(v, np.ndarray) else None for v in views])
-    with _results_lock:
-        _results[_signature(kernel, flat, grid)] = spec
+    _remember_result(kernel, _signature(flat, grid), spec)
     return spec
 
 

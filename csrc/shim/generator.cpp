@@ -31,11 +31,16 @@ void NeuronGeneratorImpl::set_offset(uint64_t offset) {
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   cpu_.set_offset(offset);
 }
+// Readers take the generator's lock too: a kernel on the core's worker may be drawing.
 uint64_t NeuronGeneratorImpl::get_offset() const {
   wait_for_draws();
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
   return cpu_.get_offset();
 }
-uint64_t NeuronGeneratorImpl::current_seed() const { return cpu_.current_seed(); }
+uint64_t NeuronGeneratorImpl::current_seed() const {
+  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  return cpu_.current_seed();
+}
 uint64_t NeuronGeneratorImpl::seed() {
   wait_for_draws();
   std::lock_guard<std::mutex> lock(cpu_.mutex());

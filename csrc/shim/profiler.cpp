@@ -526,9 +526,10 @@ uint64_t on_launch(int device, std::string args) {
 }
 
 void on_enqueued(uint64_t token) {
+  if (!token) return;
   auto& c = collector();
-  if (!token || !c.modes.runtime) return;  // only RUNTIME's launch events need the end
-  std::lock_guard<std::mutex> lock(c.mu);
+  std::lock_guard<std::mutex> lock(c.mu);  // a session may be starting: its modes change under it
+  if (!c.modes.runtime) return;  // only RUNTIME's launch events need the end
   if (auto it = c.launches.find(token); it != c.launches.end()) c.host_events[it->second].end = neuron_rt::now_ns();
 }
 
@@ -599,8 +600,16 @@ void FallbackSpan::set_args(c10::ArrayRef<c10::IValue> inputs, c10::ArrayRef<c10
   if (start_ && recording()) args_ = describe(inputs, outputs);
 }
 
+namespace {
+bool records_runtime() {
+  auto& c = collector();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.modes.runtime;
+}
+}  // namespace
+
 SyncSpan::SyncSpan(int device, const char* name)
-    : device_(device), name_(name), start_(recording() && collector().modes.runtime ? neuron_rt::now_ns() : 0) {}
+    : device_(device), name_(name), start_(recording() && records_runtime() ? neuron_rt::now_ns() : 0) {}
 
 SyncSpan::~SyncSpan() {
   if (!start_ || !recording()) return;

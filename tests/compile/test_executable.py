@@ -142,3 +142,31 @@ def test_training_steps_reuse_the_same_device_memory():
         del out  # as a training loop drops a step's tensors before the next
     assert addresses[1] == addresses[2] == addresses[3]
     torch._dynamo.reset()
+
+
+def test_two_threads_making_the_first_call_at_once_both_get_correct_outputs():
+    """The first call learns the graph's output plan; a second thread arriving meanwhile waits for
+    it and then runs the planned call, instead of learning it a second time."""
+    import threading
+    torch._dynamo.reset()
+    compiled = torch.compile(several_outputs, backend="neuron")
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(8, 16, generator=gen), torch.randn(16, 8, generator=gen)
+    inputs = (x.to("neuron"), w.to("neuron"))
+    start = threading.Barrier(2)
+    results: list = [None, None]
+
+    def call(i: int) -> None:
+        start.wait()
+        results[i] = [t.cpu() for t in compiled(*inputs)]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    for got in results:
+        assert got is not None
+        for g, want in zip(got, several_outputs(x, w)):
+            torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()

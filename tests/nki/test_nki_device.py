@@ -128,3 +128,29 @@ def test_nki_op_is_one_graph_node_under_torch_compile():
         y = compiled(x)
     torch.testing.assert_close(y.cpu(), torch.sin(x.cpu() * 2) + 1)
     torch._dynamo.reset()
+
+
+def test_result_structures_are_kept_per_live_kernel_and_bounded():
+    """The structure cache is keyed by the kernel object, not its id (which a new kernel may reuse
+    once the old one is collected), drops a collected kernel's entries, and keeps at most
+    MAX_SIGNATURES_PER_KERNEL signatures per kernel."""
+    import gc
+
+    import nki.device as device
+
+    @nki.jit
+    def negate(x, out):
+        t = nl.load(x[0:128]); nl.store(out[0:128], value=-t); return out
+
+    before = len(device._results)
+    for width in range(1, device.MAX_SIGNATURES_PER_KERNEL + 6):
+        x = torch.randn(128, width, device="neuron")
+        out = torch.empty_like(x)
+        negate(x, out)
+        torch.testing.assert_close(out[:, 0].cpu(), -x[:, 0].cpu(), rtol=0, atol=0)
+    assert len(device._results) == before + 1
+    assert len(next(reversed(list(device._results.values())))) <= device.MAX_SIGNATURES_PER_KERNEL
+    torch.neuron.synchronize()
+    del negate
+    gc.collect()
+    assert len(device._results) == before

@@ -13,6 +13,7 @@ the kernel runs on the calling thread (docs/architecture.md, "Kernels on an idle
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -124,6 +125,7 @@ class Executable(OutputCode):
         self.compiled = compiled
         getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _C._graph_allocate
         self.graph: _C._CompiledGraph | None = None  # after the first call
+        self._first_call_lock = threading.Lock()  # two threads calling at once make one graph
         self.name = f"{region}_{self.kind}"
         cost.record(self.name, self.cost)  # its FLOPs and bytes, for the profiler's estimates
 
@@ -131,7 +133,7 @@ class Executable(OutputCode):
         if self.digest is None:
             from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
             raise BypassAOTAutogradCache("a neuron executable with constants is not cached")
-        return {k: v for k, v in self.__dict__.items() if k not in ("compiled", "graph", "name")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("compiled", "graph", "name", "_first_call_lock")}
 
     def prepare_for_serialization(self) -> None:
         """Nothing to drop: ``__getstate__`` keeps only what a later process needs."""
@@ -154,11 +156,13 @@ class Executable(OutputCode):
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.seeds:
             args.append(rng.draw_seeds(self.seeds, _device(args)))
-        if self.graph is not None:
-            return self.graph.call_boxed(args)  # the common call, all in C++
-        inputs = list(args)
-        args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
-        return self._first_call(_device(inputs).index, inputs)
+        if self.graph is None:
+            with self._first_call_lock:
+                if self.graph is None:
+                    inputs = list(args)
+                    args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
+                    return self._first_call(_device(inputs).index, inputs)
+        return self.graph.call_boxed(args)  # the common call, all in C++
 
     def _first_call(self, device: int, inputs: list[Any]) -> list[Any]:
         """Run once with the generated code's own allocations and wait, learn where each result
