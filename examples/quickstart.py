@@ -71,9 +71,9 @@ def print_losses(device: str, losses: list[float], reference: list[float]) -> fl
 
 
 def print_op_tracking() -> None:
-    """Print operators launched on the device and operators that fell back to the CPU."""
+    """Print the operators that ran on the device (composite ones too) and those that fell back."""
     executed = sorted(torch_neuronx.get_executed_ops().items(), key=lambda kv: -kv[1])
-    print(f"\nOperators run on the device ({len(executed)} ops, kernel launches):")
+    print(f"\nOperators run on the device ({len(executed)} operators, calls):")
     for name, count in executed:
         print(f"  {name:<45} {count:>7}")
 
