@@ -6,9 +6,11 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/util/Exception.h>
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "../runtime/runtime.h"
 
@@ -30,6 +32,13 @@ struct Launch {
 // Launches `fn` on `device`; says whether it was launched (always, except kInlineOnly when the
 // core did not take it). Honors NEURON_LAUNCH_BLOCKING (every launch waits).
 bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how);
+
+// Keeps the warnings a kernel raises where it runs (the worker), for the launching thread to
+// re-issue after waiting for it (install it in the kernel with WarningHandlerGuard).
+struct WarningCollector : c10::WarningHandler {
+  void process(const c10::Warning& warning) override { warnings.push_back(warning); }
+  std::vector<c10::Warning> warnings;
+};
 
 // Runs `f` with the interpreter lock released if the calling thread holds it: waiting on the
 // queue must not hold it, as Python kernels (compiled graphs, kernel-language ops) take it to run.

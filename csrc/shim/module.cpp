@@ -10,6 +10,7 @@
 #include "generator.h"
 #include "host_aliases.h"
 #include "kernel_object.h"
+#include "fallback.h"
 #include "native_kernel.h"
 #include "nested_tensor.h"
 #include "op_tracking.h"

@@ -1,4 +1,4 @@
-// The generic device kernel behind every lowering-table entry, and the CPU fallback.
+// The generic device kernel behind every lowering-table entry.
 //
 // A kernel is built once per signature (operator, input shapes/strides/dtypes and the
 // non-tensor arguments that can change output shapes), the analogue of one compiled
@@ -8,13 +8,9 @@
 // device memory, on the core's hardware-queue thread.
 #include "native_kernel.h"
 
-#include <pybind11/pybind11.h>
-#include <frameobject.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <ATen/ThreadLocalState.h>
-#include <ATen/native/CPUFallback.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
@@ -26,17 +22,17 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <string_view>
 #include <unordered_map>
 
 #include "allocator.h"
 #include "device.h"
+#include "fallback.h"
 #include "generator.h"
 #include "host_aliases.h"
+#include "host_substitutes.h"
 #include "launch.h"
 #include "op_tracking.h"
 #include "profiler.h"
-#include "rnn_cells.h"
 
 namespace torch_neuronx {
 
@@ -46,8 +42,6 @@ std::string full_name(const c10::OperatorName& name) {
 
 namespace {
 
-std::atomic<bool> strict_fallback{false};
-const std::string kFloat64Reason = "float64 tensors live on the device but compute on the host";
 std::atomic<bool> retry_on_cpu{true};
 
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
@@ -65,8 +59,6 @@ struct Placement {
   bool float64 = false;
 };
 
-void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                     const std::string& reason);
 // How each argument takes part in the signature and in the host call.
 enum class ArgKind { Tensor, TensorList, OptTensorList, Scalar, Float, Generator, Value };
 
@@ -137,70 +129,7 @@ struct Plan {
   bool use_out = false;  // the out= overload writes preallocated outputs correctly
 };
 
-// Keeps the warnings a kernel raises on the worker so the launching thread can re-issue them.
-struct WarningCollector : c10::WarningHandler {
-  void process(const c10::Warning& warning) override { warnings.push_back(warning); }
-  std::vector<c10::Warning> warnings;
-};
 
-// Operators without a suitable CPU kernel: they run another operator on the host (`host_op`,
-// after `adapt` rewrites the arguments) or a host function of their own (`run`).
-struct HostSubstitute {
-  const char* host_op;
-  void (*adapt)(torch::jit::Stack&);
-  void (*run)(torch::jit::Stack&, c10::DeviceIndex);
-};
-
-// native_dropout's CPU kernel draws from the CPU's default generator; on a core it must draw
-// from the core's. Same computation as the CPU kernel otherwise, so masks match a CPU run
-// seeded alike.
-void dropout_on_core_generator(torch::jit::Stack& s, c10::DeviceIndex device) {
-  const at::Tensor input = s[0].toTensor();
-  const double p = s[1].toDouble();
-  const auto train = s[2].toOptional<bool>();
-  s.clear();
-  at::Tensor output, mask;
-  if (input.numel() == 0) {
-    output = input;
-    mask = at::empty_like(input);
-  } else if (!train.has_value() || *train) {
-    const double p1m = 1. - p;
-    const double scale = p1m == 0 ? 0. : 1. / p1m;
-    mask = at::empty_like(input, at::MemoryFormat::Contiguous);
-    mask.bernoulli_(p1m, kernel_generator(std::nullopt, device));
-    output = input.mul(mask).mul_(scale);
-  } else {
-    mask = at::ones_like(input, input.options().dtype(at::kBool));
-    output = input.clone();
-  }
-  s.push_back(output);
-  s.push_back(mask);
-}
-
-// convolution_backward takes the bias shape the overrideable entry point leaves out.
-void insert_bias_sizes(torch::jit::Stack& s) {
-  const auto mask = s[9].toBoolList();
-  const at::Tensor& weight = s[2].toTensor();
-  c10::IValue bias_sizes;
-  if (mask[2]) {
-    const int64_t channels = s[6].toBool() ? weight.size(1) * s[8].toInt() : weight.size(0);
-    bias_sizes = c10::IValue(std::vector<int64_t>{channels});
-  }
-  s.insert(s.begin() + 3, bias_sizes);
-}
-
-const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
-  static const std::unordered_map<std::string, HostSubstitute> table = {
-      {"aten::convolution_overrideable", {"aten::convolution", nullptr, nullptr}},
-      {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
-      {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
-      {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
-      {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},
-      {"aten::_thnn_fused_gru_cell", {nullptr, nullptr, &fused_gru_cell}},
-      {"aten::_thnn_fused_gru_cell_backward", {nullptr, nullptr, &fused_gru_cell_backward}},
-  };
-  return table;
-}
 
 class NativeKernel final : public c10::OperatorKernel {
  public:
@@ -826,113 +755,6 @@ torch::Library& library() {
 
 }  // namespace
 
-c10::DeviceIndex device_of(const torch::jit::Stack& stack, size_t n) {
-  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    const auto& v = stack[i];
-    if (v.isTensor() && v.toTensor().device().type() == kNeuron) return v.toTensor().device().index();
-    if (v.isTensorList())
-      for (const at::Tensor& t : v.toTensorList())
-        if (t.device().type() == kNeuron) return t.device().index();
-  }
-  return current_device();
-}
-
-void run_as_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
-                   const std::function<void()>& body) {
-  const std::string name = "cpu fallback: " + full_name(op.operator_name());
-  profiler::FallbackSpan span(device, name);
-  const std::vector<c10::IValue> inputs(stack->end() - static_cast<std::ptrdiff_t>(op.schema().arguments().size()),
-                                        stack->end());
-  raise_pending_error(core(device));
-  const at::ThreadLocalState state;
-  WarningCollector warnings;
-  without_gil([&] {
-    launch(device, [&] {
-      const at::ThreadLocalStateGuard caller_state(state);
-      const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
-      const c10::DeviceGuard guard(c10::Device(kNeuron, device));
-      body();
-    }, {.name = name, .host = neuron_rt::HostWork::kFollow, .completion = Launch::kWaited});
-  });
-  for (const auto& w : warnings.warnings) c10::warn(w);  // as if the CPU kernel ran on this thread
-  span.set_args(inputs, torch::jit::last(*stack, op.schema().returns().size()));
-}
-
-// PyTorch's tensor printing (torch/_tensor_str.py) computes the format of any floating tensor
-// in float64 on the tensor's device. Those operators are not the user's: they run on the host
-// without a warning or a record, also in strict mode.
-static bool called_by_tensor_printing() {
-  // Operators called from Python run with the interpreter lock released; the calling thread's
-  // Python state (and its innermost frame) comes back with it. Threads Python never saw have none.
-  if (!Py_IsInitialized() || neuron_rt::on_worker_thread() || !PyGILState_GetThisThreadState()) return false;
-  pybind11::gil_scoped_acquire gil;
-  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-  if (!frame) return false;
-  PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-  const char* file = PyUnicode_AsUTF8(code->co_filename);
-  const bool printing = file && std::string_view(file).ends_with("torch/_tensor_str.py");
-  Py_DECREF(code);
-  return printing;
-}
-
-void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason) {
-  const std::string name = full_name(op.operator_name());
-  const size_t n = op.schema().arguments().size();
-  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    const auto& v = stack[i];
-    if (v.isTensor() && v.toTensor().defined()) check_supported_dtype(v.toTensor().scalar_type(), name);
-  }
-  if (reason == kFloat64Reason && called_by_tensor_printing()) return;
-  TORCH_CHECK(!strict_fallback, "neuron: operator '", name, "' would fall back to the CPU (", reason,
-              ") but TORCH_NEURONX_STRICT_FALLBACK=1 forbids host execution. Unset it to allow the "
-              "fallback, or keep this computation on the CPU.");
-  // float64 is a dtype policy, not a missing kernel: one warning says it for every operator.
-  const bool float64 = reason == kFloat64Reason;
-  track_kernel(op, /*on_cpu=*/true);
-  const bool first = first_fallback_warning(name);
-  if (float64 ? first_float64_fallback() : first)
-    TORCH_WARN("neuron: operator '", name, "' ran on the CPU (", reason, "): its inputs were copied "
-               "to the host and its results back", float64 ? " (this warning covers every float64 "
-               "operator)" : "", ". torch_neuronx.get_fallback_ops() lists every fallback; "
-               "TORCH_NEURONX_STRICT_FALLBACK=1 turns them into errors.");
-}
-
-namespace {
-
-void fallback_to_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
-  note_fallback(op, *stack, reason);
-  const auto device = device_of(*stack, op.schema().arguments().size());
-  const size_t returns = op.schema().returns().size();
-  run_as_kernel(op, stack, device, [&] {
-    at::native::cpu_fallback(op, stack);
-    // cpu_fallback returns results to the device of the first tensor argument, which is the CPU
-    // when that is a scalar (`1 - x` is rsub(x, 1) = sub(scalar_tensor(1), x)).
-    for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
-      auto& v = (*stack)[i];
-      if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu())
-        v = v.toTensor().to(c10::Device(kNeuron, device));
-    }
-  });
-}
-
-void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  fallback_to_cpu(op, stack, "no device kernel in the lowering table");
-}
-
-void refuse_layout(const c10::OperatorHandle& op, torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, full_name(op.operator_name()), ": sparse tensors are not "
-                              "supported on the neuron device. Keep them on the CPU, or convert them "
-                              "with .to_dense() before moving to neuron.");
-}
-
-at::Tensor refuse_forward_ad(const at::Tensor&, const at::Tensor&, int64_t) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "aten::_make_dual: forward-mode automatic differentiation is "
-                              "not supported on the neuron device. Use reverse mode "
-                              "(loss.backward() / torch.autograd.grad), or run the jvp on the CPU.");
-}
-
-}  // namespace
-
 void register_native_op(const std::string& op, bool sync, const std::string& out_overload,
                         bool bool_index_sync) {
   const auto dot = op.find('.');
@@ -951,7 +773,6 @@ void register_native_op(const std::string& op, bool sync, const std::string& out
   library().impl(op.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
 }
 
-void set_strict_fallback(bool strict) { strict_fallback = strict; }
 void set_retry_failed_kernels_on_cpu(bool retry) { retry_on_cpu = retry; }
 
 void inject_fault(const std::string& op, int count) {
@@ -960,35 +781,6 @@ void inject_fault(const std::string& op, int count) {
   TORCH_CHECK(it != registry().end(), "inject_fault: ", op, " has no device kernel (it is not in "
               "the lowering table); faults can only be injected into device kernels");
   it->second->inject_fault(count);
-}
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
-}
-
-TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
-}
-
-TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
-}
-
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  m.impl("_make_dual", refuse_forward_ad);
-  // The compressed-sparse constructors (torch.sparse_csr/csc/bsr/bsc_tensor(..., device="neuron")
-  // all build through these): PyTorch makes the tensor without reaching a backend kernel, so the
-  // refusal sits at the constructor.
-  for (const char* ctor : {"sparse_compressed_tensor.comp_plain_value_size",
-                           "sparse_compressed_tensor.comp_plain_value"})
-    m.impl(ctor, torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
-}
-
-// Dense-to-sparse conversions on the device are refused before they compute anything.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const char* conversion : {"_to_sparse", "_to_sparse.sparse_dim", "_to_sparse_csr", "_to_sparse_csc",
-                                 "_to_sparse_bsr", "_to_sparse_bsc"})
-    m.impl(conversion, torch::CppFunction::makeFromBoxedFunction<&refuse_layout>());
 }
 
 }  // namespace torch_neuronx

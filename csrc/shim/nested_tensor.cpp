@@ -19,6 +19,7 @@
 
 #include "device.h"
 #include "host_aliases.h"
+#include "fallback.h"
 #include "native_kernel.h"
 
 namespace torch_neuronx {

@@ -1,0 +1,66 @@
+#include "host_substitutes.h"
+
+#include <ATen/ATen.h>
+
+#include "generator.h"
+#include "rnn_cells.h"
+
+namespace torch_neuronx {
+
+namespace {
+
+// native_dropout's CPU kernel draws from the CPU's default generator; on a core it must draw
+// from the core's. Same computation as the CPU kernel otherwise, so masks match a CPU run
+// seeded alike.
+void dropout_on_core_generator(torch::jit::Stack& s, c10::DeviceIndex device) {
+  const at::Tensor input = s[0].toTensor();
+  const double p = s[1].toDouble();
+  const auto train = s[2].toOptional<bool>();
+  s.clear();
+  at::Tensor output, mask;
+  if (input.numel() == 0) {
+    output = input;
+    mask = at::empty_like(input);
+  } else if (!train.has_value() || *train) {
+    const double p1m = 1. - p;
+    const double scale = p1m == 0 ? 0. : 1. / p1m;
+    mask = at::empty_like(input, at::MemoryFormat::Contiguous);
+    mask.bernoulli_(p1m, kernel_generator(std::nullopt, device));
+    output = input.mul(mask).mul_(scale);
+  } else {
+    mask = at::ones_like(input, input.options().dtype(at::kBool));
+    output = input.clone();
+  }
+  s.push_back(output);
+  s.push_back(mask);
+}
+
+// convolution_backward takes the bias shape the overrideable entry point leaves out.
+void insert_bias_sizes(torch::jit::Stack& s) {
+  const auto mask = s[9].toBoolList();
+  const at::Tensor& weight = s[2].toTensor();
+  c10::IValue bias_sizes;
+  if (mask[2]) {
+    const int64_t channels = s[6].toBool() ? weight.size(1) * s[8].toInt() : weight.size(0);
+    bias_sizes = c10::IValue(std::vector<int64_t>{channels});
+  }
+  s.insert(s.begin() + 3, bias_sizes);
+}
+
+}  // namespace
+
+const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
+  static const std::unordered_map<std::string, HostSubstitute> table = {
+      {"aten::convolution_overrideable", {"aten::convolution", nullptr, nullptr}},
+      {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
+      {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
+      {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
+      {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},
+      {"aten::_thnn_fused_gru_cell", {nullptr, nullptr, &fused_gru_cell}},
+      {"aten::_thnn_fused_gru_cell_backward", {nullptr, nullptr, &fused_gru_cell_backward}},
+  };
+  return table;
+}
+
+
+}  // namespace torch_neuronx
