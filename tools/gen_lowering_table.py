@@ -198,7 +198,7 @@ _EXCLUDED_PREFIXES = (
     "lstm", "gru", "rnn_", "_thnn_", "_pack_padded", "_pad_packed", "_lstm",
 )
 # is_set_to compares storages, which the CPU aliases do not share with the device tensors.
-# The general eigensolvers always return complex tensors, which the device refuses (SPEC 1.4).
+# The general eigensolvers always return complex tensors, which the device refuses.
 _EXCLUDED_EXACT = {"unfold", "to", "is_set_to", "linalg_eig", "linalg_eigvals", "_linalg_eigvals"}
 
 

@@ -1,6 +1,6 @@
 // The hardware queue of one NeuronCore: a worker thread that executes kernels in order.
 //
-// Streams are multiplexed onto the single queue (SPEC 1.5): each stream keeps FIFO order;
+// Streams are multiplexed onto the single queue: each stream keeps FIFO order;
 // among streams whose next item is ready the worker picks the highest priority (lowest
 // number), then the oldest launch. A stream blocked on an event waits while others run.
 // Errors raised by a kernel are stored (earliest wins) and re-raised at the next

@@ -1,4 +1,4 @@
-"""Per-core hardware figures (SPEC §1.2) and the per-instruction cost estimates derived from them.
+"""Per-core hardware figures and the per-instruction cost estimates derived from them.
 
 Every figure here is an ESTIMATE used for relative comparisons, not a cycle-accurate model:
 - TensorE is a 128x128 PE array: a matmul streams its N moving columns through the array, so its
@@ -6,7 +6,7 @@ Every figure here is an ESTIMATE used for relative comparisons, not a cycle-accu
   rate = 79 TFLOP/s bf16/fp16, 20 TFLOP/s fp32, 158 TFLOP/s fp8 (per core).
 - VectorE / ScalarE / GpSimd have one lane per partition: an instruction on a [P, F] tile costs
   ``128*F*ops_per_element / rate`` (idle partitions are not free). VectorE ~1 TFLOP/s fp32
-  (SPEC); ScalarE is assumed to match VectorE; GpSimd (8 general cores) is assumed at 0.25.
+  (published); ScalarE is assumed to match VectorE; GpSimd (8 general cores) is assumed at 0.25.
 - DMA: the chip HBM bandwidth shared by the logical cores of a chip (trn2: 2.9 TB/s / 4 logical
   cores = 725 GB/s per core), the same rate is used for SBUF<->SBUF copies.
 - Fixed per-instruction overheads: 64 engine cycles at 1.4 GHz (~46 ns) on compute engines

@@ -1,4 +1,4 @@
-"""torch.compile(backend="neuron") against CPU eager: inference, training, the SPEC 2 loop."""
+"""torch.compile(backend="neuron") against CPU eager: inference, training, the README's training loop."""
 import pytest
 import torch
 from torch import nn

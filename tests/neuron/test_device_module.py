@@ -1,4 +1,4 @@
-"""The torch.neuron device module (SPEC 1.1): the torch.cuda API surface, RNG, tensor/module
+"""The torch.neuron device module: the torch.cuda API surface, RNG, tensor/module
 helpers, torch_neuronx helpers, fork safety and multiple cores."""
 from __future__ import annotations
 

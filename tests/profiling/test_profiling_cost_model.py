@@ -1,4 +1,4 @@
-"""Sanity of the chip cost model's ESTIMATES against first principles (SPEC §1.2 figures), and
+"""Sanity of the chip cost model's ESTIMATES against first principles (published per-core figures), and
 the estimates of recorded calls (without record_shapes) against hand-computed FLOPs and bytes."""
 from __future__ import annotations
 

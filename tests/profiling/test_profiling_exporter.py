@@ -1,4 +1,4 @@
-"""NeuronConfig / NeuronProfiler: the SPEC §2 example, the output layout and the Parquet tables."""
+"""NeuronConfig / NeuronProfiler: the documented profiling example (docs/profiling.md), the output layout and the Parquet tables."""
 from __future__ import annotations
 
 import json
@@ -24,7 +24,7 @@ def rms_norm(x: torch.Tensor) -> torch.Tensor:
 def test_spec_profiler_example_runs_unchanged(tmp_path, capsys):
     out_dir = str(tmp_path)
     x = torch.randn(64, 256, device="neuron")
-    # --- SPEC §2, verbatim ---
+    # --- the example of docs/profiling.md, verbatim ---
     from torch.profiler import profile, ProfilerActivity
     from torch_neuronx.profiling import NeuronConfig, ProfileMode, NeuronProfiler
     nc = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir=out_dir,

@@ -1,4 +1,4 @@
-"""Asynchronous execution and error reporting on the simulated hardware queue (SPEC 1.3-1.5).
+"""Asynchronous execution and error reporting on the simulated hardware queue.
 
 A kernel's first launch for a signature is built synchronously; later launches with the same
 signature are queued. Errors of queued kernels are deferred to the next synchronization point,

@@ -1,4 +1,4 @@
-"""Device memory of the simulated cores (SPEC 1.1/1.2): the torch.cuda memory API, exact
+"""Device memory of the simulated cores: the torch.cuda memory API, exact
 statistics, out-of-memory errors and per-core isolation."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Streams and events (SPEC 1.5) with torch.cuda semantics, through torch_neuronx, torch.neuron,
+"""Streams and events with torch.cuda semantics, through torch_neuronx, torch.neuron,
 torch.Stream / torch.Event and torch.accelerator."""
 from __future__ import annotations
 

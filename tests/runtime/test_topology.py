@@ -1,4 +1,4 @@
-"""Topology of the simulated NeuronCores (SPEC 1.2): environment parsing and what a process sees.
+"""Topology of the simulated NeuronCores: environment parsing and what a process sees.
 
 The environment is read when torch_neuronx is imported, so configurations other than the
 default run in a fresh interpreter. The parser itself is also tested in-process.

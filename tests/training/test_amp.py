@@ -1,4 +1,4 @@
-"""torch.autocast("neuron") and torch.amp.GradScaler("neuron") (SPEC 1.9): the CUDA operator
+"""torch.autocast("neuron") and torch.amp.GradScaler("neuron"): the CUDA operator
 lists, bf16 by default, float16 too, and loss scaling that skips steps with inf gradients."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints (SPEC 1.9): torch.save / torch.load of neuron tensors, state dicts and optimizer
+"""Checkpoints: torch.save / torch.load of neuron tensors, state dicts and optimizer
 state, with map_location, to and from the CPU."""
 from __future__ import annotations
 

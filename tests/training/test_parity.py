@@ -1,4 +1,4 @@
-"""The SPEC 2 training loop, unchanged, on neuron against the CPU: loss curves and weights."""
+"""The README's training loop, unchanged, on neuron against the CPU: loss curves and weights."""
 import pytest
 import torch
 from torch import nn

@@ -51,7 +51,7 @@ def _suite(name: str, optim_list: Sequence[OptimizerInfo]) -> type[TestCase]:
         @optims(optim_list, dtypes=(torch.float32,))
         def test_steps_match_cpu(self, device, dtype, optim_info):
             if optim_info.only_supports_sparse_grads:
-                pytest.skip("sparse gradients are not supported on the device (SPEC 1.4)")
+                pytest.skip("sparse gradients are not supported on the device")
             impls = [{}] + [{impl: True} for impl in ("foreach", "fused") if impl in optim_info.supported_impls
                             and (impl != "fused" or "cpu" in optim_info.supports_fused_on)]
             for optim_input in optim_info.optim_inputs_func(device=device):

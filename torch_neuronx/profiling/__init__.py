@@ -1,4 +1,4 @@
-"""Profiling on the neuron device (SPEC §1.7).
+"""Profiling on the neuron device.
 
 ``torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1])``
 records every kernel the simulated cores run, linked to the operator that launched it (the

@@ -2,7 +2,7 @@
 
 Every number here is an estimate from a roofline, not a measurement: an operator takes
 ``max(flops / engine_rate, bytes / hbm_bandwidth) + fixed overhead`` on one NeuronCore, with the
-per-core figures of SPEC §1.2 (shared with the kernel-language simulator's cost model):
+published per-core figures (nki/simulator/cost_model.py) (shared with the kernel-language simulator's cost model):
 - matrix operators (those ``torch.utils.flop_counter`` has a formula for: mm, addmm, bmm,
   convolution, attention...) run on TensorE at its rate for the dtype (79 TFLOP/s bf16, 20 fp32,
   158 fp8), with PyTorch's FLOP formulas;
@@ -12,7 +12,7 @@ per-core figures of SPEC §1.2 (shared with the kernel-language simulator's cost
   kernel while a profiler records (no ``record_shapes`` needed);
 - HBM bandwidth per core = chip bandwidth / logical cores per chip (trn2: 2.9 TB/s / 4);
 - copies run on the DMA engines: host <-> device moves the source's bytes over the host link
-  (``HOST_LINK_BYTES_PER_S``, an assumption: the SPEC gives no figure), device to device (same
+  (``HOST_LINK_BYTES_PER_S``, an assumption: no published figure), device to device (same
   core or core to core) reads and writes them at HBM bandwidth;
 - CPU fallbacks cost their measured host time plus the transfer of their bytes over the
   host link (their own copies are not described, so not counted twice);

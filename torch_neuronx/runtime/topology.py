@@ -19,7 +19,7 @@ GiB = 1 << 30
 
 @dataclass(frozen=True)
 class ChipSpec:
-    """Per-chip facts of a Trainium generation (SPEC 1.2)."""
+    """Per-chip facts of a Trainium generation."""
 
     name: str
     physical_cores: int

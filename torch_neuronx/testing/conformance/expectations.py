@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 
 CATEGORIES = (
-    "unsupported-by-design",    # SPEC 1.4: complex, sparse, nested, forward AD, ...
+    "unsupported-by-design",    # complex, sparse, nested, forward AD, ...
     "not-yet-lowered",          # the device lacks the operator or a feature of it (errors)
     "low-precision-tolerance",  # a documented numerical difference in bf16/fp16
     "upstream-test-issue",      # the OpInfo sample or reference itself is unsuitable

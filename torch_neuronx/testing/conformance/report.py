@@ -10,7 +10,7 @@ from .runner import COLUMNS, FLOAT64_INTERNAL_REASON, FLOAT64_REASON
 ENABLED = ("pass", "mismatch", "error", "xfail", "xpass")   # samples that ran (not skipped)
 FAILED = ("mismatch", "error")
 NATIVE_SHARE_DTYPES = ("float32", "bfloat16")
-BY_DESIGN_REASONS = {FLOAT64_REASON, FLOAT64_INTERNAL_REASON, "complex intermediate (SPEC 1.4)"}
+BY_DESIGN_REASONS = {FLOAT64_REASON, FLOAT64_INTERNAL_REASON, "complex intermediate"}
 
 
 def write_csv(rows, path):
@@ -92,7 +92,7 @@ def summarize(rows):
             if r["mode"] == "fallback":
                 # An expected failure by design (stft's complex intermediate) is its reason.
                 by_design = r["outcome"] == "xfail" and r["category"] == "unsupported-by-design"
-                m["reasons"].add("complex intermediate (SPEC 1.4)" if by_design
+                m["reasons"].add("complex intermediate" if by_design
                                  else r.get("fallback_reason") or "-")
     for m in ops_mode.values():
         m["by_design"] = m["fallback"] > 0 and m["reasons"] <= BY_DESIGN_REASONS
@@ -159,7 +159,7 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
               "and `xpass` from `torch_neuronx/testing/conformance/expectations.json`. An `xfail` "
               "entry covers an (operator, variant, dtype) group: its failing samples become `xfail`; "
               "if none fails, all become `xpass`, which the CI test rejects, so the file cannot rot. "
-              "Each entry has one of the categories unsupported-by-design (SPEC 1.4), "
+              "Each entry has one of the categories unsupported-by-design, "
               "not-yet-lowered, low-precision-tolerance, upstream-test-issue, and a reason; "
               "backend bugs say `backend bug:` with a reproducer. `mode` is `fallback` when "
               "`torch_neuronx.get_fallback_ops()` is non-empty after the sample's device run.", ""]
@@ -194,7 +194,7 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
     lines += ["## Native vs fallback", "",
               f"Of {n_ex} operators exercised with float32/bfloat16 samples, **{n_nat} "
               f"({_pct(n_nat / n_ex if n_ex else 1)}) ran natively** on every sample; {n_design} fell "
-              f"back to the CPU by design for some samples (float64 or complex tensors, SPEC 1.4) and "
+              f"back to the CPU by design for some samples (float64 or complex tensors) and "
               f"{n_ex - n_nat - n_design} for a missing lowering. Samples of dtype float64 always run on "
               "the host by policy and are not counted.", ""]
     for title, by_design in (("By design", True), ("Missing lowerings", False)):

@@ -175,8 +175,8 @@ def compare(actual, expected, tol, check_strides: bool, path="out", check_values
         raise _Mismatch(f"{path}: {actual!r} != {expected!r}")
 
 
-FLOAT64_REASON = "float64 runs on the host (dtype policy, SPEC 1.4)"
-FLOAT64_INTERNAL_REASON = "float64 intermediate inside the operator (dtype policy, SPEC 1.4)"
+FLOAT64_REASON = "float64 runs on the host (dtype policy)"
+FLOAT64_INTERNAL_REASON = "float64 intermediate inside the operator (dtype policy)"
 MISSING_REASON = "not in the lowering table"
 
 
@@ -292,10 +292,10 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
 
 def by_design_reason(op, dtype_names):
     if any(op.name.startswith(p) or p in op.name for p in _COMPLEX_OR_SPARSE_NAMES):
-        return "operator on complex or sparse tensors (SPEC 1.4)"
+        return "operator on complex or sparse tensors"
     supported = op.supported_dtypes("cpu")
     if supported and all(d.is_complex for d in supported):
-        return "operator supports only complex dtypes (SPEC 1.4)"
+        return "operator supports only complex dtypes"
     return None
 
 
