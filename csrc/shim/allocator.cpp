@@ -7,7 +7,6 @@
 #include "allocator.h"
 #include "device.h"
 #include "launch.h"
-#include "openmp.h"
 
 namespace torch_neuronx {
 
@@ -53,10 +52,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     try {
       block = c.pool.allocate(nbytes, stream, /*may_wait=*/!in_kernel);
       if (!block) {
-        without_gil([&] {
-          release_host_openmp_threads();
-          c.queue.synchronize();
-        });
+        wait_for_queue(device);
         block = c.pool.allocate(nbytes, stream);
       }
     } catch (const neuron_rt::OutOfMemory& e) {
@@ -78,9 +74,8 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     auto& rt = neuron_rt::Runtime::get();
     for (int i = 0; i < rt.device_count(); ++i) {
       if (!rt.core_initialized(i)) continue;
-      auto& c = core(i);
-      if (neuron_rt::executing_device() != i) without_gil([&] { c.queue.synchronize(); });
-      c.pool.empty_cache();
+      wait_for_queue(i);
+      core(i).pool.empty_cache();
     }
   }
 

@@ -130,9 +130,7 @@ void raise_pending_error(neuron_rt::Core& c) {
   deliver_kernel_warnings(static_cast<c10::DeviceIndex>(c.pool.device()));
 }
 
-// Called from inside a kernel of the core (a CPU fallback resizing an output), a synchronization
-// has nothing to wait for: the kernels before it have run, the ones after it cannot start.
-static bool inside_kernel_of(c10::DeviceIndex index) { return neuron_rt::executing_device() == index; }
+bool inside_kernel_of(c10::DeviceIndex index) { return neuron_rt::executing_device() == index; }
 
 void synchronize_stream(const c10::Stream& stream) {
   if (inside_kernel_of(stream.device_index())) return;

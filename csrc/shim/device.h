@@ -26,6 +26,11 @@ void check_supported_dtype(c10::ScalarType dtype, const std::string& op);
 neuron_rt::Core& core(c10::DeviceIndex index);
 void set_calling_thread_backward(bool enabled);
 
+// Whether the calling thread is running a kernel of `index` (a CPU fallback resizing an output).
+// Then a synchronization has nothing to wait for: the kernels before it have run, the ones after
+// it cannot start; and more work for the core runs at once, in order.
+bool inside_kernel_of(c10::DeviceIndex index);
+
 // Wait for `stream` (or the whole device) and raise any deferred kernel error.
 void synchronize_stream(const c10::Stream& stream);
 void synchronize_device(c10::DeviceIndex index);

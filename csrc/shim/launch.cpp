@@ -60,7 +60,7 @@ bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn, Launc
 bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
   // A kernel asking its own core for more work (a CPU fallback copying its arguments): every
   // earlier kernel has run and no later one has started, so the work runs here, in order.
-  if (neuron_rt::executing_device() == device) {
+  if (inside_kernel_of(device)) {
     fn();
     return true;
   }
@@ -80,6 +80,12 @@ bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
   c.queue.wait_item(stream, seq);
   if (*error) std::rethrow_exception(*error);
   return true;
+}
+
+void wait_for_queue(c10::DeviceIndex device) {
+  if (inside_kernel_of(device)) return;
+  release_host_openmp_threads();
+  without_gil([&] { core(device).queue.synchronize(); });
 }
 
 void without_gil(const std::function<void()>& f) {

@@ -40,6 +40,11 @@ struct WarningCollector : c10::WarningHandler {
   std::vector<c10::Warning> warnings;
 };
 
+// Waits until the kernels queued on `device` so far have run, without the interpreter lock and
+// with the calling thread's OpenMP team released; their errors stay deferred. Nothing to wait
+// for inside a kernel of `device`.
+void wait_for_queue(c10::DeviceIndex device);
+
 // Runs `f` with the interpreter lock released if the calling thread holds it: waiting on the
 // queue must not hold it, as Python kernels (compiled graphs, kernel-language ops) take it to run.
 void without_gil(const std::function<void()>& f);

@@ -290,10 +290,8 @@ class Session final : public libkineto::IActivityProfilerSession {
   // (without the GIL, which kernel-language and compiled-graph kernels take to run).
   void stop() override {
     auto& rt = neuron_rt::Runtime::get();
-    without_gil([&] {
-      for (int i = 0; i < rt.device_count(); ++i)
-        if (rt.core_initialized(i) && (cores_.empty() || cores_.count(i))) rt.core(i).queue.synchronize();
-    });
+    for (int i = 0; i < rt.device_count(); ++i)
+      if (rt.core_initialized(i) && (cores_.empty() || cores_.count(i))) wait_for_queue(i);
     neuron_rt::set_kernel_observer(nullptr);
     recording_now = false;
     std::vector<Sample> samples;
@@ -493,10 +491,8 @@ struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
 
   void synchronize() const override {
     auto& rt = neuron_rt::Runtime::get();
-    without_gil([&] {
-      for (int i = 0; i < rt.device_count(); ++i)
-        if (rt.core_initialized(i)) rt.core(i).queue.synchronize();
-    });
+    for (int i = 0; i < rt.device_count(); ++i)
+      if (rt.core_initialized(i)) wait_for_queue(i);
   }
 };
 

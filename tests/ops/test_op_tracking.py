@@ -3,10 +3,7 @@ the CPU's profiler shows for a call are recorded for the same call on the device
 ones included, and a composite whose part fell back is a fallback under both names."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from collections.abc import Iterable
 
 import pytest
 import torch
@@ -16,6 +13,8 @@ from torch.profiler import ProfilerActivity, profile
 import torch_neuronx
 from torch_neuronx.ops.lowering_table import LOWERINGS
 from torch_neuronx.ops.tracking import get_fallback_kernels
+
+from helpers import run_py
 
 # One user-level call each, on tensors made beforehand: (inputs, call).
 CALLS = {
@@ -44,14 +43,6 @@ CALLS = {
 CPU_ONLY_PARTS = {"one_hot": {"aten::fill_"}}
 
 
-LOWERED = {entry.op for entry in LOWERINGS}
-
-
-def has_lowering(op: str) -> bool:
-    """Whether any overload of the profiler's operator name has a device kernel."""
-    return any(full == op or full.startswith(op + ".") for full in LOWERED)
-
-
 def cpu_call_structure(call, inputs) -> tuple[set[str], set[str]]:
     """The operators the CPU's profiler records for one call: (outermost, innermost)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -62,9 +53,13 @@ def cpu_call_structure(call, inputs) -> tuple[set[str], set[str]]:
     return outermost, innermost
 
 
-def base_names(ops: dict[str, int]) -> set[str]:
+def base_names(ops: Iterable[str]) -> set[str]:
     """Operator names without the overload, as the profiler shows them."""
     return {name.split(".")[0] for name in ops}
+
+
+# Operators with a device kernel (any overload), by the profiler's names.
+LOWERED = base_names(entry.op for entry in LOWERINGS)
 
 
 def device_run(call, inputs) -> tuple[dict[str, int], dict[str, int]]:
@@ -84,7 +79,7 @@ def test_the_operators_the_user_called_are_recorded_as_executed(name):
     assert fallbacks == {}
     assert outermost <= base_names(executed), (outermost, executed)
     # the low-level names are kept too: the innermost operators that have a device kernel
-    kernels = {op for op in innermost if has_lowering(op)} - CPU_ONLY_PARTS.get(name, set())
+    kernels = innermost & LOWERED - CPU_ONLY_PARTS.get(name, set())
     assert kernels <= base_names(executed), (kernels, executed)
 
 
@@ -120,11 +115,10 @@ def test_calls_are_counted_once_each():
 
 def test_the_first_operator_of_a_process_is_recorded():
     """torch.neuron._lazy_init starts tracking before the first operator on the device runs."""
-    root = str(Path(torch_neuronx.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    script = ("import torch, torch_neuronx\n"
-              "torch.ones(3, device='neuron')\n"
-              "print(sorted(torch_neuronx.get_executed_ops()))\n")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    done = run_py("""
+        import torch, torch_neuronx
+        torch.ones(3, device='neuron')
+        print(sorted(torch_neuronx.get_executed_ops()))
+    """)
     assert done.returncode == 0, done.stderr
     assert "'aten::ones'" in done.stdout, done.stdout

@@ -425,25 +425,17 @@ def test_non_blocking_copy_to_pinned_memory_returns_before_the_queue_drains():
     """As cudaMemcpyAsync into page-locked memory: the copy is queued on the current stream, the
     caller does not wait, and the data is valid once the stream is synchronized (a later write to
     the source on the same stream comes after the copy)."""
-    import threading
     x_cpu = torch.arange(1000.0)
     x = x_cpu.to("neuron:1")
     x.add_(0)  # builds add_'s kernel: a signature's first launch runs synchronously
     torch.neuron.synchronize(1)
-    gate = threading.Event()
-    released_by_timer = threading.Timer(20, gate.set)  # a blocking copy would wait for the gate
-    released_by_timer.start()
-    torch_neuronx._C._launch_python_kernel(1, gate.wait, "test gate", False)  # holds the queue
-    y = x.to("cpu", non_blocking=True)  # torch allocates the destination pinned, as for CUDA
-    with torch.neuron.device(1):
+    with held_queue(1) as held, torch.neuron.device(1):  # a blocking copy would wait for the gate
+        y = x.to("cpu", non_blocking=True)  # torch allocates the destination pinned, as for CUDA
         copied = torch.neuron.Event()
         copied.record()
         assert y.is_pinned() and not copied.query()  # returned while the queue is held
         x.add_(1)  # after the copy on the same stream
-        gate.set()
-        torch.neuron.current_stream().synchronize()
-    assert released_by_timer.is_alive()
-    released_by_timer.cancel()
+        assert not held.released_by_timer
     assert torch.equal(y, x_cpu) and torch.equal(x.cpu(), x_cpu + 1)
     pageable = torch.empty(1000)
     pageable.copy_(x, non_blocking=True)  # into pageable memory: blocking, as on CUDA
