@@ -1,14 +1,18 @@
 """Shared comparison helpers for the neuron differential tests (CPU is the reference)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
 from torch.utils._pytree import tree_flatten
+
+import torch_neuronx
 
 DEVICE = "neuron"
 
@@ -172,3 +176,32 @@ def drain_errors() -> None:
             torch.neuron.synchronize(i)
         except RuntimeError:
             pass
+
+
+class HeldQueue:
+    """Holds a core's queue behind a gate kernel. A timer opens the gate after `timeout` seconds,
+    so a test that would wait for the queue fails (released_by_timer) instead of hanging."""
+
+    def __init__(self, device: int, timeout: float = 20.0):
+        self.gate = threading.Event()
+        self.timer = threading.Timer(timeout, self.gate.set)
+        self.timer.start()
+        torch_neuronx._C._launch_python_kernel(device, self.gate.wait, "test gate", False)
+
+    @property
+    def released_by_timer(self) -> bool:
+        return self.gate.is_set() and not self.timer.is_alive()
+
+    def release(self) -> None:
+        self.gate.set()
+        self.timer.cancel()
+
+
+@contextlib.contextmanager
+def held_queue(device: int, timeout: float = 20.0):
+    held = HeldQueue(device, timeout)
+    try:
+        yield held
+    finally:
+        held.release()
+        torch.neuron.synchronize(device)

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "launch.h"
 #include "op_tracking.h"
 #include "openmp.h"
 #include "profiler.h"
@@ -107,6 +108,7 @@ struct WorkerWarnings final : c10::WarningHandler {
 void setup_worker_thread() {
   static WorkerWarnings handler;  // one for every worker; each thread points at it
   c10::WarningUtils::set_warning_handler(&handler);
+  c10::impl::_force_tls_local_dispatch_key_set(kernel_dispatch_state());  // a worker runs kernels only
 }
 
 void deliver_kernel_warnings(c10::DeviceIndex index) {

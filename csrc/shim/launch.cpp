@@ -49,6 +49,7 @@ bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn, Launc
     // on this thread (its callbacks are thread-local; op tracking's global one skips kernels).
     std::optional<at::RecordFunctionGuard> unrecorded;
     if (at::hasThreadLocalCallbacks()) unrecorded.emplace(false);
+    const c10::impl::ForceDispatchKeyGuard as_on_a_worker(kernel_dispatch_state());
     c.queue.finish_inline(stream, seq, fn, info, error);
   }
   if (error && *error) std::rethrow_exception(*error);
@@ -56,6 +57,21 @@ bool run_if_idle(c10::DeviceIndex device, const std::function<void()>& fn, Launc
 }
 
 }  // namespace
+
+c10::impl::LocalDispatchKeySet kernel_dispatch_state() {
+  static const c10::impl::LocalDispatchKeySet state = [] {
+    c10::impl::PODLocalDispatchKeySet pod;
+    pod.set_included(c10::DispatchKeySet(c10::DispatchKey::BackendSelect));
+    pod.set_excluded(c10::default_excluded_set | c10::autograd_dispatch_keyset_with_ADInplaceOrView |
+                     c10::autocast_dispatch_keyset | c10::python_ks | c10::functorch_transforms_ks |
+                     c10::DispatchKeySet({c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                                          c10::DispatchKey::FuncTorchDynamicLayerBackMode,
+                                          c10::DispatchKey::Functionalize, c10::DispatchKey::PreDispatch,
+                                          c10::DispatchKey::PythonDispatcher}));
+    return c10::impl::LocalDispatchKeySet(pod);
+  }();
+  return state;
+}
 
 bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
   // A kernel asking its own core for more work (a CPU fallback copying its arguments): every

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <functional>
@@ -48,6 +49,14 @@ void wait_for_queue(c10::DeviceIndex device);
 // Runs `f` with the interpreter lock released if the calling thread holds it: waiting on the
 // queue must not hold it, as Python kernels (compiled graphs, kernel-language ops) take it to run.
 void without_gil(const std::function<void()>& f);
+
+// The dispatch state every kernel body runs in, on a worker and on the calling thread alike:
+// its ATen calls on host aliases reach PyTorch's CPU kernels directly, with none of the launching
+// thread's autograd recording, version counting, autocast, Python modes or functorch layers.
+// Without it a kernel queued from below autograd recorded history on the worker thread (a
+// non-blocking copy's destination got CopyBackwards instead of ToCopyBackward0, and a zero
+// gradient), while the same kernel run inline did not.
+c10::impl::LocalDispatchKeySet kernel_dispatch_state();
 
 // Whether launches record the launching Python stack (TORCH_NEURONX_ENABLE_STACK_TRACE=1).
 void set_capture_stack(bool enabled);

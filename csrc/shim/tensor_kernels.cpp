@@ -139,7 +139,11 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   } else if (dst.is_cpu() && non_blocking && dst.is_pinned()) {
     // As cudaMemcpyAsync into page-locked memory: queued on the current stream, the caller goes
     // on; the data is there once the stream is synchronized or an event recorded after it completes.
-    launch(src.device().index(), [src = snapshot(src), dst] { dst.copy_(host_alias(src)); },
+    // The kernel writes through its own tensor on dst's memory: dst's metadata is the caller's.
+    launch(src.device().index(),
+           [src = snapshot(src), dst = tensor_on(dst.storage(), c10::DispatchKey::CPU, dst)] {
+             dst.copy_(host_alias(src));
+           },
            copy("aten::_copy_from (device to host, non-blocking)", neuron_rt::HostWork::kFollow));
   } else if (dst.is_cpu()) {
     const auto device = src.device().index();

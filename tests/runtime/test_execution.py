@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from helpers import drain_errors, run_py
+from helpers import drain_errors, held_queue, run_py
 from torch_neuronx.runtime import inject_fault
 
 @pytest.fixture(autouse=True)
@@ -107,6 +107,53 @@ def test_mse_loss_repeated_launch():
     for _ in range(3):
         loss = torch.nn.functional.mse_loss(a, b)
         assert loss.item() == pytest.approx(torch.nn.functional.mse_loss(a_cpu, b_cpu).item(), rel=1e-6)
+
+
+def run_queued_or_inline(queued: bool, fn):
+    """Runs `fn` with the core idle (its kernels may run on this thread) or busy for 0.2 s, so that
+    they queue and run on the worker (a copy that waits is released by the timer)."""
+    if not queued:
+        return fn()
+    with held_queue(torch.neuron.current_device(), timeout=0.2):
+        return fn()
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["inline", "on the worker"])
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_device_to_host_copy_records_autograd_as_on_the_cpu(queued, non_blocking):
+    """A kernel runs below autograd wherever it runs: a device-to-host copy queued on the worker
+    recorded CopyBackwards on its destination (a non-blocking copy into pinned memory), which
+    replaced ToCopyBackward0 and gave a zero gradient."""
+    x = torch.randn(5, 5, 5, 5, requires_grad=True)
+    d = x.detach().to("neuron").requires_grad_(True)
+    (d * 1).sum().backward()  # build the kernels first: a signature's first launch waits
+    d.grad = None
+    torch.neuron.synchronize()
+    cpu_out = x.to("cpu", torch.float64, non_blocking, True)
+    out = run_queued_or_inline(queued, lambda: d.to("cpu", torch.float64, non_blocking, True))
+    torch.neuron.synchronize()
+    assert type(out.grad_fn) is type(cpu_out.grad_fn) and out._version == cpu_out._version
+    (grad,) = torch.autograd.grad(out.sum() * 2, d)
+    (cpu_grad,) = torch.autograd.grad(cpu_out.sum() * 2, x)
+    torch.testing.assert_close(grad.cpu(), cpu_grad, rtol=0, atol=0)  # the same CPU kernels: exact
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["inline", "on the worker"])
+def test_copy_into_a_cpu_tensor_with_history_records_it_once(queued):
+    """cpu_tensor.copy_(device_tensor) records CopyBackwards once (by autograd on this thread),
+    not again where the kernel runs."""
+    src_cpu = torch.randn(64, requires_grad=True)
+    src = src_cpu.detach().to("neuron").requires_grad_(True)
+    base_cpu = torch.zeros(64, requires_grad=True)
+    base = torch.zeros(64, requires_grad=True)
+    torch.neuron.synchronize()
+    dst_cpu = (base_cpu * 3).copy_(src_cpu)
+    dst = run_queued_or_inline(queued, lambda: (base * 3).copy_(src))
+    assert type(dst.grad_fn) is type(dst_cpu.grad_fn) and dst._version == dst_cpu._version
+    (dst * 5).sum().backward()
+    (dst_cpu * 5).sum().backward()
+    torch.testing.assert_close(src.grad.cpu(), src_cpu.grad, rtol=0, atol=0)
+    torch.testing.assert_close(base.grad, base_cpu.grad, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------------ deferred errors

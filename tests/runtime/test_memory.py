@@ -2,15 +2,14 @@
 statistics, out-of-memory errors and per-core isolation."""
 from __future__ import annotations
 
-import contextlib
 import gc
 import re
-import threading
 
 import pytest
 import torch
 
 import torch_neuronx
+from helpers import held_queue
 from torch_neuronx.runtime import set_hbm_capacity
 
 GiB = 1 << 30
@@ -460,35 +459,6 @@ def test_statistics_split_small_and_large_pools_as_cuda():
         assert after[f"{stat}.all.current"] == (after[f"{stat}.small_pool.current"]
                                                + after[f"{stat}.large_pool.current"]), stat
     del small, large
-
-
-class HeldQueue:
-    """Holds a core's queue behind a gate kernel. A timer opens the gate after `timeout` seconds,
-    so a test that would wait for the queue fails (released_by_timer) instead of hanging."""
-
-    def __init__(self, device: int, timeout: float = 20.0):
-        self.gate = threading.Event()
-        self.timer = threading.Timer(timeout, self.gate.set)
-        self.timer.start()
-        torch_neuronx._C._launch_python_kernel(device, self.gate.wait, "test gate", False)
-
-    @property
-    def released_by_timer(self) -> bool:
-        return self.gate.is_set() and not self.timer.is_alive()
-
-    def release(self) -> None:
-        self.gate.set()
-        self.timer.cancel()
-
-
-@contextlib.contextmanager
-def held_queue(device: int, timeout: float = 20.0):
-    held = HeldQueue(device, timeout)
-    try:
-        yield held
-    finally:
-        held.release()
-        torch.neuron.synchronize(device)
 
 
 def built_kernels(x: torch.Tensor) -> None:

@@ -21,6 +21,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from . import artifacts, cache, metrics, rng, settings
 from .executable import KERNEL_PREFIX, Executable
+from .generated_module import device_source, load_module
 from .flex_attention import accept_neuron_inputs
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
 
@@ -50,9 +51,12 @@ def _stage(name: str, graph: str) -> Iterator[None]:
                 "or pass options={'fallback_execution': True}.") from error
 
 
-def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: str) -> tuple[str, Any, int]:
-    """Lower and compile a graph: (the generated module's source, the compiled graph, the number
-    of random seeds it takes as a trailing input)."""
+def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
+           kind: str) -> tuple[str | None, Callable[[list[Any]], Any], int]:
+    """Lower and compile a graph: (the generated module's source for the device
+    (``generated_module.device_source``), None when the module carries constants, which live in the
+    module object and not in its source; its entry function; the number of random seeds it takes
+    as a trailing input)."""
     cache.wait_isa_probe()
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
@@ -72,8 +76,9 @@ def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int, kind: s
         compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []),
                                     is_backward=kind == "backward", is_inference=kind == "inference")
     metrics.count("executables_compiled")
-    artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", compiled.source_code)
-    return compiled.source_code, compiled, seeds
+    source = device_source(compiled.source_code)
+    artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", source)
+    return None if compiled.constants else source, load_module(source, compiled.constants), seeds
 
 
 def _region(graph_id: int) -> str:
@@ -89,8 +94,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
     # Entered again here: a backward compiled lazily (cache disabled) runs outside _aot_compile.
     with cache.inductor_dir(root):
         if root is None:
-            _, compiled, seeds = _build(gm, example_inputs, graph_id, kind)
-            return Executable(compiled.current_callable, gm, seeds, _region(graph_id), kind, None)
+            _, entry_function, seeds = _build(gm, example_inputs, graph_id, kind)
+            return Executable(entry_function, gm, seeds, _region(graph_id), kind, None)
         from torch._inductor.utils import get_donated_idxs
         # A backward's code depends on which of its inputs AOTAutograd donated.
         donated = get_donated_idxs() if kind == "backward" else None
@@ -100,9 +105,9 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
                 entry = cache.load(root, digest)
             metrics.count("cache_hits" if entry else "cache_misses")
             if entry is None:
-                source, compiled, seeds = _build(gm, example_inputs, graph_id, kind)
-                entry = compiled.current_callable, seeds
-                if compiled.constants:  # constants live in the module object, not its source
+                source, entry_function, seeds = _build(gm, example_inputs, graph_id, kind)
+                entry = entry_function, seeds
+                if source is None:
                     digest = None
                 else:
                     cache.store(root, digest, source, seeds)

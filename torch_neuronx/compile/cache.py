@@ -36,7 +36,9 @@ import filelock
 import torch
 from torch import fx
 
-_FORMAT = "2"  # bump when the entry layout changes
+from .generated_module import load_module
+
+_FORMAT = "3"  # bump when the entry layout changes
 
 
 @functools.cache
@@ -244,7 +246,6 @@ def _checksum(source: str) -> str:
 def load(root: Path, digest: str) -> tuple[Callable[[list[Any]], Any], int] | None:
     """The cached executable's entry function and seed count, or None (a miss, or a corrupt
     entry: warned)."""
-    from torch._inductor.codecache import PyCodeCache
     path = _entry(root, digest)
     if not path.exists():
         return None
@@ -254,7 +255,7 @@ def load(root: Path, digest: str) -> tuple[Callable[[list[Any]], Any], int] | No
         checksum, seeds = header.removeprefix("# sha256 ").split(" seeds ")
         if checksum != _checksum(source):
             raise ValueError("checksum mismatch")
-        return PyCodeCache.load(source).call, int(seeds)
+        return load_module(source), int(seeds)
     except Exception as error:  # any damage: the entry is rebuilt, never fatal
         path.unlink(missing_ok=True)
         warnings.warn(f"torch.compile(backend='neuron'): cache entry {path} is corrupt or was modified "

@@ -106,7 +106,7 @@ class Executable(OutputCode):
 
     def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int,
                  region: str, kind: str, digest: str | None) -> None:
-        """``compiled``: the entry function of Inductor's generated module, taking the boxed host
+        """``compiled``: the entry function of the generated module (``generated_module.device_source``), taking the boxed host
         inputs (then ``seeds`` random seeds, when the graph has random ops); ``gm``: the graph it
         was compiled from, whose output metadata gives the outputs' layouts; ``region`` and
         ``kind`` name the kernel on the queue and in profiles (``<region>_<kind>``, e.g.
@@ -123,7 +123,6 @@ class Executable(OutputCode):
 
     def _bind(self, compiled: Callable[[list[Any]], Any], region: str) -> None:
         self.compiled = compiled
-        getattr(compiled, "__func__", compiled).__globals__["empty_strided_cpu"] = _C._graph_allocate
         self.graph: _C._CompiledGraph | None = None  # after the first call
         self._first_call_lock = threading.Lock()  # two threads calling at once make one graph
         self.name = f"{region}_{self.kind}"
