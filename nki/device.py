@@ -22,6 +22,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from torch_neuronx import _C
+from torch_neuronx.runtime.devices import DEVICE_TYPE
 
 from . import runtime, simulator
 from .jit import numpy_dtype, to_numpy, torch_dtype
@@ -86,15 +87,30 @@ class LaunchReport:
     report: simulator.RunReport
 
 
-MAX_LAUNCH_REPORTS = 10_000
+MAX_KEPT_INSTRUCTIONS = 1_000_000
 # Reports of the launches made while a torch profiler records, for profiling tools to attribute
-# instructions to each recorded launch; bounded, and empty when nobody profiles.
-_launch_reports: collections.deque[LaunchReport] = collections.deque(maxlen=MAX_LAUNCH_REPORTS)
+# instructions to each recorded launch; empty when nobody profiles. Bounded by the instructions
+# they hold (a report keeps every instruction, so a count of reports bounds nothing): the oldest
+# reports go first.
+_launch_reports: collections.deque[LaunchReport] = collections.deque()
+_kept_instructions = 0
+_launch_reports_lock = threading.Lock()
+
+
+def _keep_report(report: LaunchReport) -> None:
+    global _kept_instructions
+    with _launch_reports_lock:
+        _launch_reports.append(report)
+        _kept_instructions += report.report.instruction_count
+        while _kept_instructions > MAX_KEPT_INSTRUCTIONS and len(_launch_reports) > 1:
+            _kept_instructions -= _launch_reports.popleft().report.instruction_count
 
 
 def launch_reports(start_ns: int, end_ns: int) -> list[LaunchReport]:
     """The kept launch reports whose kernel ran within ``[start_ns, end_ns]`` (Unix ns)."""
-    return [r for r in list(_launch_reports) if start_ns <= r.start_ns and r.end_ns <= end_ns]
+    with _launch_reports_lock:
+        kept = list(_launch_reports)
+    return [r for r in kept if start_ns <= r.start_ns and r.end_ns <= end_ns]
 
 
 def _sizes(values: Any) -> tuple[int, ...]:
@@ -149,12 +165,13 @@ def _fill(result: Any, outputs: Any) -> None:
 
 
 def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any:
-    """``nki.runtime.device_launcher``: run ``kernel`` on the core of its neuron tensors."""
+    """The neuron device's launcher (``nki.runtime.device_launchers``): run ``kernel`` on the core
+    of its neuron tensors."""
     names = list(kwargs)
     flat = [*args, *kwargs.values()]
     tensors = [a for a in flat if isinstance(a, torch.Tensor)]
     devices = {t.device for t in tensors}
-    if len(devices) != 1 or next(iter(devices)).type != "neuron":
+    if len(devices) != 1 or next(iter(devices)).type != DEVICE_TYPE:
         raise RuntimeError(f"nki kernel '{kernel.__name__}': all tensor arguments must be on one neuron "
                            f"device (got {sorted(map(str, devices))}); move them with .to('neuron')")
     device = next(iter(devices))
@@ -177,7 +194,7 @@ def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any
         start = time.time_ns()
         result, report = simulator.run(kernel, positional, named, grid)
         if keep_report:
-            _launch_reports.append(LaunchReport(name, index, start, time.time_ns(), report))
+            _keep_report(LaunchReport(name, index, start, time.time_ns(), report))
         if outputs is None:
             recorded.append(_describe(result, [v if isinstance(v, np.ndarray) else None for v in views]))
             recorded.append(result)
@@ -217,4 +234,4 @@ def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tup
     return spec
 
 
-runtime.device_launcher = launch  # importing this module makes neuron tensors run on the device
+runtime.device_launchers[DEVICE_TYPE] = launch  # importing this module makes neuron tensors run on the device

@@ -20,7 +20,7 @@ class Kernel:
     """A kernel function; call it (or `kernel[grid](...)`) to run it.
 
     CPU torch tensors and numpy arrays run on the simulator, in place; if any argument is a torch
-    tensor on another device the call is delegated to `nki.runtime.device_launcher`.
+    tensor on another device the call is delegated to that device's launcher (`nki.runtime.device_launchers`).
     """
 
     def __init__(self, func: Callable[..., Any], **options: Any) -> None:
@@ -80,12 +80,13 @@ def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) ->
         return import_module("nki.device").fake_launch(kernel, args, kwargs, grid)
     device = _foreign_device(list(args) + list(kwargs.values()))
     if device is not None:
-        if runtime.device_launcher is None and str(device).startswith("neuron"):
-            import_module("nki.device")  # registers the neuron launcher
-        launcher = runtime.device_launcher
+        if device.type not in runtime.device_launchers:
+            import_module("nki.device")  # the kernel language's device binding registers its launcher
+        launcher = runtime.device_launchers.get(device.type)
         if launcher is None:
-            raise RuntimeError(f"kernel called with {device} tensors but no device backend is "
-                               f"registered (import torch_neuronx)")
+            raise RuntimeError(f"kernel called with {device} tensors but no launcher is registered for "
+                               f"'{device.type}' devices (kernels run on the CPU and on "
+                               f"{sorted(runtime.device_launchers)} devices)")
         return launcher(kernel, args, kwargs, grid)
     np_args = [to_numpy(a) for a in args]
     np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}
@@ -107,7 +108,8 @@ def _has_fake_tensor(values: list) -> bool:
     return any(isinstance(v, torch.Tensor) and (v.device.type == "meta" or is_fake(v)) for v in values)
 
 
-def _foreign_device(values: list) -> str | None:
+def _foreign_device(values: list) -> Any:
+    """The torch device of the first tensor not on the CPU, or None."""
     torch = _torch()
     if torch is None:
         return None
@@ -117,7 +119,7 @@ def _foreign_device(values: list) -> str | None:
             if found:
                 return found
         elif isinstance(v, torch.Tensor) and v.device.type != "cpu":
-            return str(v.device)
+            return v.device
     return None
 
 

@@ -20,18 +20,19 @@ import torch  # noqa: E402
 
 from . import _C
 from . import runtime
+from .runtime.devices import DEVICE_TYPE
 from .runtime.topology import env_flag as _env_flag, from_env_or_unavailable as _topology_from_env
 
 runtime.configure(_topology_from_env())
-torch.utils.rename_privateuse1_backend("neuron")
+torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
 
 from . import neuron  # noqa: E402  (needs the backend name)
 
-torch._register_device_module("neuron", neuron)
+torch._register_device_module(DEVICE_TYPE, neuron)
 atexit.register(neuron._drain_at_exit)
 torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
-torch.set_autocast_dtype("neuron", torch.bfloat16)
+torch.set_autocast_dtype(DEVICE_TYPE, torch.bfloat16)
 # The thread that first uses a neuron device runs backward on itself rather than on autograd's
 # device thread (csrc/shim/device.cpp); TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS=1 keeps them.
 _C._set_calling_thread_backward(not _env_flag(os.environ, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS"))

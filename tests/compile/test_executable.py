@@ -170,3 +170,30 @@ def test_two_threads_making_the_first_call_at_once_both_get_correct_outputs():
         for g, want in zip(got, several_outputs(x, w)):
             torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+def test_a_cpu_graph_of_the_same_code_keeps_inductors_allocator():
+    """The device runs its own module (the generated source with the device's allocator line):
+    a CPU torch.compile of the same function in this process gets Inductor's module untouched
+    (overwriting the loaded module's globals changed the CPU module that Inductor's module cache
+    shares between graphs of the same code)."""
+    from torch._inductor.codecache import PyCodeCache
+    from torch_neuronx.compile.generated_module import _DEVICE_ALLOCATOR
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sin() + x
+
+    torch._dynamo.reset()
+    x = torch.randn(64)
+    device_out = torch.compile(f, backend="neuron")(x.to("neuron"))
+    torch._dynamo.reset()
+    cpu_out = torch.compile(f, backend="inductor")(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(device_out.cpu(), cpu_out, rtol=0, atol=0)  # the same C++ kernel
+    ours = torch_neuronx._C._graph_allocate
+    modules = [m for m in PyCodeCache.modules if hasattr(m, "empty_strided_cpu")]
+    assert any(m.empty_strided_cpu is ours for m in modules)
+    assert any(m.empty_strided_cpu is not ours for m in modules)  # the CPU graph's
+    for m in modules:
+        with open(m.__file__) as source:
+            assert (m.empty_strided_cpu is ours) == (_DEVICE_ALLOCATOR in source.read()), m.__file__

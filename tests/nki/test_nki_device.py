@@ -154,3 +154,27 @@ def test_result_structures_are_kept_per_live_kernel_and_bounded():
     del negate
     gc.collect()
     assert len(device._results) == before
+
+
+def test_launch_reports_kept_while_profiling_are_bounded_by_their_instructions(monkeypatch):
+    """A profiled session keeps each launch's simulator report (every instruction) for the
+    analysis tables; what it keeps is bounded by instructions, the oldest reports going first."""
+    import nki.device as device
+
+    x = torch.randn(128, device="neuron")
+    out = torch.empty_like(x)
+    sin_kernel(x, out)  # the first launch of the signature, outside the profiler
+    with torch.profiler.profile():
+        sin_kernel(x, out)
+        torch.neuron.synchronize()
+    per_launch = device._launch_reports[-1].report.instruction_count
+    assert per_launch > 0
+    monkeypatch.setattr(device, "MAX_KEPT_INSTRUCTIONS", 3 * per_launch)
+    with torch.profiler.profile():
+        for _ in range(10):
+            sin_kernel(x, out)
+        torch.neuron.synchronize()
+    kept = list(device._launch_reports)
+    assert sum(r.report.instruction_count for r in kept) <= 3 * per_launch
+    assert len(kept) == 3 and kept[-1].end_ns == max(r.end_ns for r in kept)
+    torch.testing.assert_close(out.cpu(), x.cpu().sin())

@@ -324,32 +324,32 @@ def test_spec_sin_cos_kernels_on_numpy():
     torch.testing.assert_close(out, xt.sin())
 
 
-def test_device_tensors_without_backend(monkeypatch):
+def test_device_tensors_go_to_their_device_types_launcher(monkeypatch):
     import nki.runtime
-    monkeypatch.setattr(nki.runtime, "device_launcher", None)
+    monkeypatch.setattr(nki.runtime, "device_launchers", {})
 
-    class FakeDevice:
-        type = "neuron"
+    class OtherDevice:
+        type = "other"
 
         def __str__(self):
-            return "neuron:0"
+            return "other:0"
 
-    class FakeTensor(torch.Tensor):
+    class OtherTensor(torch.Tensor):
         @property
         def device(self):
-            return FakeDevice()
+            return OtherDevice()
 
-    t = torch.zeros(4).as_subclass(FakeTensor)
+    t = torch.zeros(4).as_subclass(OtherTensor)
 
     @nki.jit
     def k(x):
         return x
-    with pytest.raises(RuntimeError, match=r"kernel called with neuron:0 tensors but no device "
-                                           r"backend is registered \(import torch_neuronx\)"):
+    with pytest.raises(RuntimeError, match=r"kernel called with other:0 tensors but no launcher is "
+                                           r"registered for 'other' devices"):
         k(t)
     calls = []
-    monkeypatch.setattr(nki.runtime, "device_launcher",
-                        lambda kernel, args, kwargs, grid: calls.append((kernel, args, kwargs, grid)) or "ran")
+    nki.runtime.device_launchers["other"] = (
+        lambda kernel, args, kwargs, grid: calls.append((kernel, args, kwargs, grid)) or "ran")
     assert k[2](t, scale=1.0) == "ran"
     assert calls[0][0] is k and calls[0][1][0] is t and calls[0][2] == {"scale": 1.0} and calls[0][3] == (2,)
 

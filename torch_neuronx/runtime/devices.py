@@ -8,6 +8,8 @@ import torch
 
 from .. import _C
 
+DEVICE_TYPE = "neuron"  # the name PyTorch knows the device by (PrivateUse1 renamed)
+
 
 def device_index(device: Any = None) -> int:
     """Index of a neuron device given as ``None`` (the current one), int, str or torch.device."""
@@ -16,6 +18,6 @@ def device_index(device: Any = None) -> int:
     if isinstance(device, int):
         return device
     device = torch.device(device)
-    if device.type != "neuron":
+    if device.type != DEVICE_TYPE:
         raise ValueError(f"Expected a neuron device, but got: {device}")
     return _C._current_device() if device.index is None else device.index
