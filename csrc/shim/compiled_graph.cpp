@@ -5,6 +5,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
+#include <pybind11/stl.h>
 
 #include <map>
 #include <mutex>
@@ -81,6 +82,15 @@ struct View {
   std::vector<int64_t> sizes, strides;
   int64_t offset;
   at::ScalarType dtype;
+};
+
+// One output of a compiled graph's call (torch_neuronx/compile/executable.py learns them from
+// the first call): a device buffer, an input, a tensor on the memory of either, or a value.
+struct Output {
+  enum Source { kBuffer, kInput, kValue } source;
+  int index = 0;                // of the buffer or input
+  std::optional<View> view;     // none: the buffer or input itself
+  py::object value;             // kValue: the value returned
 };
 
 // A tensor on `base`'s storage with the geometry of `view`, as Inductor's reinterpret_tensor
@@ -160,29 +170,15 @@ class AliasCache {
 // memory of either, or a non-tensor value.
 class CompiledGraph {
  public:
-  // `outputs`: per output (source, index, view, value), source "buffer", "input" or "value";
-  // view None (the source itself) or (sizes, strides, storage offset, dtype).
   // `buffer_of_allocation`: allocation position -> the buffer it computes in; `copies`:
   // (result, buffer it is copied into).
   CompiledGraph(py::object compiled, std::string name, std::vector<at::Tensor> buffer_specs,
-                const py::list& outputs, const std::map<int, int>& buffer_of_allocation,
+                std::vector<Output> outputs, const std::map<int, int>& buffer_of_allocation,
                 std::vector<std::pair<int, int>> copies)
       : code_(std::make_shared<Code>(std::move(compiled), std::move(name), buffer_of_allocation,
                                      std::move(copies))),
-        buffer_specs_(std::move(buffer_specs)) {
-    for (const auto& item : outputs) {
-      const auto entry = item.cast<py::tuple>();
-      const auto source = entry[0].cast<std::string>();
-      Output out{source == "buffer" ? kBuffer : source == "input" ? kInput : kValue,
-                 entry[1].cast<int>(), std::nullopt, entry[3]};
-      if (!entry[2].is_none()) {
-        const auto v = entry[2].cast<py::tuple>();
-        out.view = View{v[0].cast<std::vector<int64_t>>(), v[1].cast<std::vector<int64_t>>(),
-                        v[2].cast<int64_t>(), v[3].cast<at::ScalarType>()};
-      }
-      outputs_.push_back(std::move(out));
-    }
-  }
+        buffer_specs_(std::move(buffer_specs)),
+        outputs_(std::move(outputs)) {}
 
   // (outputs, buffers) of a call with the device tensors `inputs` on `device`: the device
   // buffers the generated code computes in, and the outputs on them (or on the inputs).
@@ -199,9 +195,9 @@ class CompiledGraph {
     py::list outputs(outputs_.size());
     for (size_t i = 0; i < outputs_.size(); ++i) {
       const Output& o = outputs_[i];
-      if (o.source == kValue) {
+      if (o.source == Output::kValue) {
         outputs[i] = o.value;
-      } else if (o.source == kBuffer) {
+      } else if (o.source == Output::kBuffer) {
         outputs[i] = py::cast(o.view ? reinterpret(buffers[o.index], *o.view) : buffers[o.index]);
       } else {
         py::object input = inputs[o.index];
@@ -304,13 +300,6 @@ class CompiledGraph {
     }
   }
 
-  enum Source { kBuffer, kInput, kValue };
-  struct Output {
-    Source source;
-    int index;
-    std::optional<View> view;
-    py::object value;
-  };
   std::shared_ptr<const Code> code_;
   std::vector<at::Tensor> buffer_specs_;  // meta tensors
   std::vector<Output> outputs_;
@@ -331,8 +320,22 @@ PyMethodDef allocate_def = {"_graph_allocate", reinterpret_cast<PyCFunction>(rei
 }  // namespace
 
 void bind_compiled_graph(py::module_& m) {
+  py::class_<View>(m, "_OutputView")
+      .def(py::init([](std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset,
+                       at::ScalarType dtype) { return View{std::move(sizes), std::move(strides), offset, dtype}; }),
+           py::kw_only(), py::arg("sizes"), py::arg("strides"), py::arg("offset"), py::arg("dtype"));
+  py::class_<Output> output(m, "_GraphOutput");
+  py::enum_<Output::Source>(output, "Source")
+      .value("buffer", Output::kBuffer)
+      .value("input", Output::kInput)
+      .value("value", Output::kValue);
+  output.def(py::init([](Output::Source source, int index, std::optional<View> view, py::object value) {
+               return Output{source, index, std::move(view), std::move(value)};
+             }),
+             py::kw_only(), py::arg("source"), py::arg("index") = 0, py::arg("view") = py::none(),
+             py::arg("value") = py::none());
   py::class_<CompiledGraph>(m, "_CompiledGraph")
-      .def(py::init<py::object, std::string, std::vector<at::Tensor>, const py::list&,
+      .def(py::init<py::object, std::string, std::vector<at::Tensor>, std::vector<Output>,
                     const std::map<int, int>&, std::vector<std::pair<int, int>>>())
       .def("make", [](const CompiledGraph& g, const py::list& inputs, int device) {
         auto [outputs, buffers] = g.make(inputs, device);

@@ -65,7 +65,9 @@ PYBIND11_MODULE(_C, m) {
   auto& rt = neuron_rt::Runtime::get();
   const auto nogil = py::call_guard<py::gil_scoped_release>();
 
-  m.def("_configure", &configure);
+  m.def("_configure", &configure, py::kw_only(), py::arg("generation"), py::arg("logical_nc_config"),
+        py::arg("num_chips"), py::arg("visible_cores"), py::arg("hbm_bytes_per_core"), py::arg("launch_blocking"),
+        py::arg("capture_stack"), py::arg("max_inflight"), py::arg("inline_kernels"));
   m.def("_device_count", [&rt] { return rt.device_count(); });
   m.def("_is_initialized", [&rt] { return rt.is_initialized(); });
   m.def("_in_bad_fork", [&rt] { return rt.in_bad_fork(); });

@@ -55,7 +55,7 @@ def _storage(t: Any) -> int:
 class _Plan:
     """How a call produces its outputs, learned from the first call (see ``_C._CompiledGraph``)."""
     buffer_specs: list[torch.Tensor]  # meta tensors: the device buffers a call allocates
-    outputs: list[tuple[Any, ...]]  # per output: (source, index, view, value)
+    outputs: list[_C._GraphOutput]  # per output: where a call takes it from
     buffer_of_allocation: dict[int, int]  # allocation position -> device buffer it computes in
     copies: list[tuple[int, int]]  # (result, device buffer it is copied into)
 
@@ -68,27 +68,30 @@ def _learn(outputs: list[Any], made: list[torch.Tensor], hosts: list[Any], resul
     input_index = {id(h): j for j, h in enumerate(hosts)}
     specs: list[torch.Tensor] = []
     buffer_of_allocation: dict[int, int] = {}
-    entries: list[tuple[Any, ...]] = []
+    entries: list[_C._GraphOutput] = []
     copies: list[tuple[int, int]] = []
+    source = _C._GraphOutput.Source
     for i, (result, spec) in enumerate(zip(results, outputs)):
         if not isinstance(spec, torch.Tensor):
-            entries.append(("value", 0, None, spec))
+            entries.append(_C._GraphOutput(source=source.value, value=spec))
             continue
         address = _storage(result) if _layout(result) == _layout(spec) else 0
-        view = (tuple(result.shape), result.stride(), result.storage_offset(), result.dtype) if address else None
+        view = _C._OutputView(sizes=list(result.shape), strides=list(result.stride()),
+                              offset=result.storage_offset(), dtype=result.dtype) if address else None
         if id(result) in input_index:
-            entries.append(("input", input_index[id(result)], None, None))
+            entries.append(_C._GraphOutput(source=source.input, index=input_index[id(result)]))
         elif address in input_at:
-            entries.append(("input", input_at[address], view, None))
+            entries.append(_C._GraphOutput(source=source.input, index=input_at[address], view=view))
         elif address in allocation_at:
             k = allocation_at[address]
             if k not in buffer_of_allocation:
                 buffer_of_allocation[k] = len(specs)
                 specs.append(_meta(made[k]))
-            entries.append(("buffer", buffer_of_allocation[k], None if result is made[k] else view, None))
+            entries.append(_C._GraphOutput(source=source.buffer, index=buffer_of_allocation[k],
+                                           view=None if result is made[k] else view))
         else:  # memory the generated code did not allocate through us (or another layout): copied
             copies.append((i, len(specs)))
-            entries.append(("buffer", len(specs), None, None))
+            entries.append(_C._GraphOutput(source=source.buffer, index=len(specs)))
             specs.append(_meta(spec))
     return _Plan(specs, entries, buffer_of_allocation, copies)
 

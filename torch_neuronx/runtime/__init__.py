@@ -13,10 +13,11 @@ _topology: Topology | None = None
 def configure(topology: Topology) -> None:
     """Hand the topology to the runtime (before any core is used)."""
     global _topology
-    _C._configure(topology.generation, topology.logical_nc_config, topology.num_chips,
-                  list(topology.visible_cores), topology.hbm_bytes_per_core,
-                  topology.launch_blocking, topology.capture_stack, topology.max_inflight,
-                  topology.inline_kernels)
+    _C._configure(generation=topology.generation, logical_nc_config=topology.logical_nc_config,
+                  num_chips=topology.num_chips, visible_cores=list(topology.visible_cores),
+                  hbm_bytes_per_core=topology.hbm_bytes_per_core, launch_blocking=topology.launch_blocking,
+                  capture_stack=topology.capture_stack, max_inflight=topology.max_inflight,
+                  inline_kernels=topology.inline_kernels)
     _topology = topology
 
 
