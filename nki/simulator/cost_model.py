@@ -1,17 +1,18 @@
-"""Per-core hardware figures and the per-instruction cost estimates derived from them.
+"""Per-core hardware figures of the kernel simulator and the per-instruction cost estimates derived from them.
 
-Every figure here is an ESTIMATE used for relative comparisons, not a cycle-accurate model:
+The figures are read from the chip facts (:mod:`torch_neuronx.runtime.chips`, which cites their
+sources); a :class:`HardwareConfig` is ONE PHYSICAL NeuronCore unless built for a logical core
+(:meth:`HardwareConfig.of`). Every cost here is an ESTIMATE for relative comparisons, not a
+cycle-accurate model:
 - TensorE is a 128x128 PE array: a matmul streams its N moving columns through the array, so its
   time is ``2*128*128*N / rate(dtype)`` whatever K and M are (small tiles waste the array).
-  rate = 79 TFLOP/s bf16/fp16, 20 TFLOP/s fp32, 158 TFLOP/s fp8 (per core).
 - VectorE / ScalarE / GpSimd have one lane per partition: an instruction on a [P, F] tile costs
-  ``128*F*ops_per_element / rate`` (idle partitions are not free). VectorE ~1 TFLOP/s fp32
-  (published); ScalarE is assumed to match VectorE; GpSimd (8 general cores) is assumed at 0.25.
-- DMA: the chip HBM bandwidth shared by the logical cores of a chip (trn2: 2.9 TB/s / 4 logical
-  cores = 725 GB/s per core), the same rate is used for SBUF<->SBUF copies.
-- Fixed per-instruction overheads: 64 engine cycles at 1.4 GHz (~46 ns) on compute engines
-  (instruction issue + semaphore wait); per DMA instruction ~2 us of fixed latency spread over
-  the 16 DMA queues of a core, i.e. 0.125 us of DMA busy time. Kernel launch cost is not included (the runtime adds it).
+  ``128*F*ops_per_element / rate`` (idle partitions are not free).
+- DMA moves bytes at the core's share of the chip's HBM bandwidth (also used for SBUF<->SBUF).
+- Fixed per-instruction overheads (ASSUMED, not published): 64 cycles of the ScalarE/GpSimd
+  clock on compute engines (instruction issue + semaphore wait); per DMA instruction ~2 us of
+  fixed latency spread over the 16 DMA queues of a core, i.e. 0.125 us of DMA busy time.
+  Kernel launch cost is not included (the runtime adds it).
 """
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import FLOAT8, float32
+from torch_neuronx.runtime.chips import BF16, CHIPS, FP8, FP32, TRN2 as _TRN2, logical_core
 
 TENSOR, VECTOR, SCALAR, GPSIMD, DMA = "TensorE", "VectorE", "ScalarE", "GpSimd", "DMA"
 ENGINES = (TENSOR, VECTOR, SCALAR, GPSIMD, DMA)
+
+_CORE = logical_core(_TRN2)  # the defaults: one trn2 physical core
 
 
 @dataclass(frozen=True)
@@ -30,22 +33,21 @@ class HardwareConfig:
     """One NeuronCore of a generation; capacities are enforced by the simulator's rules."""
 
     name: str = "trn2"
-    partitions: int = 128
-    sbuf_bytes_per_partition: int = 224 * 1024      # 28 MiB / 128 partitions
-    psum_bytes_per_partition: int = 16 * 1024       # 2 MiB / 128 partitions
-    psum_bank_bytes: int = 2 * 1024                 # 8 banks of 2 KiB per partition
+    partitions: int = _TRN2.partitions
+    sbuf_bytes_per_partition: int = _TRN2.sbuf_bytes // _TRN2.partitions
+    psum_bytes_per_partition: int = _TRN2.psum_bytes // _TRN2.partitions
+    psum_bank_bytes: int = 2 * 1024                 # 8 banks of 2 KiB per partition (NKI ISA limit)
     contraction_max: int = 128                      # PE array rows
     stationary_fmax: int = 128                      # PE array columns
-    moving_fmax: int = 512
-    tensor_flops_bf16: float = 79e12
-    tensor_flops_fp32: float = 20e12
-    tensor_flops_fp8: float = 158e12
-    vector_flops: float = 1e12
-    scalar_flops: float = 1e12
-    gpsimd_flops: float = 0.25e12
-    hbm_bytes_per_s_chip: float = 2.9e12
-    logical_cores_per_chip: int = 4
-    clock_hz: float = 1.4e9
+    moving_fmax: int = 512                          # NKI ISA tile limit
+    tensor_flops_bf16: float = _CORE.tensor_flops[BF16]
+    tensor_flops_fp32: float = _CORE.tensor_flops[FP32]
+    tensor_flops_fp8: float = _CORE.tensor_flops[FP8]
+    vector_flops: float = _CORE.vector_flops
+    scalar_flops: float = _CORE.scalar_flops
+    gpsimd_flops: float = _CORE.gpsimd_flops
+    dma_bytes_per_s: float = _CORE.hbm_bytes_per_s
+    clock_hz: float = _TRN2.engine_clock_hz["scalar"]  # cycles are counted at this clock
     compute_overhead_cycles: int = 64
     dma_overhead_s: float = 2e-6 / 16
 
@@ -53,28 +55,49 @@ class HardwareConfig:
     def psum_banks(self) -> int:
         return self.psum_bytes_per_partition // self.psum_bank_bytes
 
-    @property
-    def dma_bytes_per_s(self) -> float:
-        return self.hbm_bytes_per_s_chip / self.logical_cores_per_chip
+    @classmethod
+    def of(cls, generation: str, logical_nc_config: int = 1) -> HardwareConfig:
+        """A core of ``generation`` grouping ``logical_nc_config`` physical cores: their summed
+        engine rates and HBM share (capacities per partition stay a physical core's)."""
+        if generation not in CHIPS:
+            raise ValueError(f"unknown chip generation {generation!r}: expected one of {sorted(CHIPS)}")
+        core = logical_core(generation, logical_nc_config)
+        chip = core.chip
+        return cls(name=generation, partitions=chip.partitions,
+                   sbuf_bytes_per_partition=chip.sbuf_bytes // chip.partitions,
+                   psum_bytes_per_partition=chip.psum_bytes // chip.partitions,
+                   tensor_flops_bf16=core.tensor_flops[BF16], tensor_flops_fp32=core.tensor_flops[FP32],
+                   tensor_flops_fp8=core.tensor_flops[FP8], vector_flops=core.vector_flops,
+                   scalar_flops=core.scalar_flops, gpsimd_flops=core.gpsimd_flops,
+                   dma_bytes_per_s=core.hbm_bytes_per_s, clock_hz=chip.engine_clock_hz["scalar"])
 
 
-TRN2 = HardwareConfig()
-TRN3 = HardwareConfig(name="trn3", sbuf_bytes_per_partition=256 * 1024,  # 32 MiB / 128
-                      hbm_bytes_per_s_chip=4.9e12)
+TRN2 = HardwareConfig.of("trn2")
+TRN3 = HardwareConfig.of("trn3")
 GENERATIONS = {"trn2": TRN2, "trn3": TRN3}
 
+# TensorE rate class of a dtype by lower-cased name: numpy/ml_dtypes and torch names ("bfloat16",
+# "float8_e4m3fn") and the c10 names the shim describes ("BFloat16", "Half", "Float").
+_HALF = ("bfloat16", "float16", "half")
 
-def tensor_rate(config: HardwareConfig, dtype: np.dtype) -> float:
-    if dtype == float32:
-        return config.tensor_flops_fp32
-    if dtype in FLOAT8:
+
+def tensor_rate(config: HardwareConfig, dtype: np.dtype | str) -> float:
+    """TensorE FLOP/s for matmul inputs of ``dtype``: fp8 types at the fp8 rate, 16-bit floats
+    at the bf16 rate, anything else (fp32, integers) at the fp32 rate."""
+    name = (dtype if isinstance(dtype, str) else np.dtype(dtype).name).lower()
+    if name.startswith("float8"):
         return config.tensor_flops_fp8
-    return config.tensor_flops_bf16
+    return config.tensor_flops_bf16 if name in _HALF else config.tensor_flops_fp32
 
 
 def matmul_seconds(config: HardwareConfig, moving_free: int, dtype: np.dtype) -> float:
     array_flops = 2 * config.partitions * config.stationary_fmax * moving_free
     return array_flops / tensor_rate(config, dtype) + _overhead(config)
+
+
+def transpose_flops(partitions: int, free: int) -> int:
+    """FLOPs TensorE performs for a [P, F] transpose: a matmul against a [P, P] identity."""
+    return 2 * partitions * partitions * free
 
 
 def lane_seconds(config: HardwareConfig, engine: str, free_elements: int,

@@ -7,6 +7,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 from nki.simulator import TRN2, RunReport
+from torch_neuronx.runtime import chips
 
 from helpers_nki import marked_line
 
@@ -39,8 +40,8 @@ def test_fp32_matmul_slower_than_bf16_and_fp8():
     t = {dt: run_mm(128, 128, 512, dt).engine_busy_seconds["TensorE"]
          for dt in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn)}
     assert t[np.float32] > t[ml_dtypes.bfloat16] > t[ml_dtypes.float8_e4m3fn]
-    # 2*128*128*512 flops at 79 TFLOP/s plus the fixed overhead
-    expected = 2 * 128 * 128 * 512 / 79e12 + 64 / 1.4e9
+    # 2*128*128*512 flops at one physical core's bf16 rate plus 64 cycles of the ScalarE clock
+    expected = 2 * 128 * 128 * 512 / chips.TRN2.tensor_flops["bf16"] + 64 / chips.TRN2.engine_clock_hz["scalar"]
     assert t[ml_dtypes.bfloat16] == pytest.approx(expected)
 
 
@@ -53,7 +54,8 @@ def test_load_counted_on_dma_with_bytes():
     assert stores[0].dma_bytes == 32 * 16 * 4
     assert report.dma_bytes == (64 * 32 + 64 * 16 + 32 * 16) * 4
     assert loads[0].location == marked_line(mm_kernel, "# <- loads")
-    expected = 64 * 32 * 4 / (2.9e12 / 4) + TRN2.dma_overhead_s
+    # One physical core's share of the chip's HBM bandwidth.
+    expected = 64 * 32 * 4 / (chips.TRN2.hbm_bytes_per_s / chips.TRN2.physical_cores) + TRN2.dma_overhead_s
     assert loads[0].seconds == pytest.approx(expected)
 
 

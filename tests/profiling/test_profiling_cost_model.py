@@ -10,8 +10,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, cost_model
 from torch_neuronx.profiling.analysis import tables
+from torch_neuronx.runtime import chips
 
-_DTYPE_BYTES = {"BFloat16": 2, "Float": 4}
+OVERHEAD_S = 64 / chips.TRN2.engine_clock_hz["scalar"]  # the assumed per-instruction overhead
+
+_DTYPE_BYTES = {"BFloat16": 2, "Float": 4, "Float8_e4m3fn": 1}
 
 
 def t(*shape: int, dtype: str = "Float") -> dict:
@@ -24,17 +27,16 @@ def call(inputs: list, outputs: list) -> dict:
 
 
 def test_large_bf16_matmul_is_flops_over_the_bf16_peak_plus_the_fixed_overhead():
-    """The roofline of module cost_model exactly: compute-bound, so 2n^3 / TensorE's bf16 rate
-    (79 TFLOP/s per trn2 core) plus the instruction overhead."""
+    """The roofline of module cost_model exactly: compute-bound, so 2n^3 / the logical core's bf16
+    rate (two trn2 physical cores at the default NEURON_LOGICAL_NC_CONFIG=2) plus the overhead."""
     n = 4096
     hw = cost_model.hardware("trn2")
     bf16 = dict(dtype="BFloat16")
     est = cost_model.estimate("aten::mm", call([t(n, n, **bf16), t(n, n, **bf16)], [t(n, n, **bf16)]), hw)
-    assert hw.tensor_flops_bf16 == pytest.approx(79e12, rel=0.01)
+    assert hw.tensor_flops_bf16 == 2 * chips.TRN2.tensor_flops[chips.BF16]
     assert est.flops == 2 * n**3
     assert est.engine == "TensorE" and est.bound == "compute"
-    assert est.seconds == pytest.approx(2 * n**3 / hw.tensor_flops_bf16 + hw.compute_overhead_cycles / hw.clock_hz,
-                                        rel=1e-12)
+    assert est.seconds == pytest.approx(2 * n**3 / hw.tensor_flops_bf16 + OVERHEAD_S, rel=1e-12)
 
 
 def test_fp32_matmul_uses_the_fp32_tensor_rate():
@@ -180,7 +182,8 @@ def test_compiled_graph_is_estimated_from_its_matmul_flops_and_its_inputs_and_ou
     flops, moved = 2 * m * k * n, 4 * (m * k + k * n + m * n)  # fp32; the mm result stays on chip
     assert row["estimated_flops"] == flops and row["estimated_bytes_moved"] == moved
     assert row["estimated_engine"] == "TensorE"
-    seconds = max(flops / 20e12, moved / (2.9e12 / 4)) + 64 / 1.4e9
+    fp32, hbm = 2 * chips.TRN2.tensor_flops[chips.FP32], 2 * chips.TRN2.hbm_bytes_per_s / 8  # LNC=2
+    seconds = max(flops / fp32, moved / hbm) + OVERHEAD_S
     assert row["estimated_chip_time_us"] == pytest.approx(seconds * 1e6)
 
 
@@ -210,3 +213,134 @@ def test_graph_cost_writes_a_viewed_result_once_and_a_reused_kernel_name_is_ambi
     assert cost.graph_cost("test::graph") == cost.count(gm)
     cost.record("test::graph", cost.count(make_fx(lambda a: a @ a.t())(a)))
     assert cost.graph_cost("test::graph") is None
+
+
+MM = ("aten::mm", call([t(4096, 4096, dtype="BFloat16")] * 2, [t(4096, 4096, dtype="BFloat16")]))
+ADD = ("aten::add.Tensor", call([t(1 << 22), t(1 << 22), 1], [t(1 << 22)]))
+
+
+@pytest.mark.parametrize("op", [MM, ADD], ids=["compute-bound", "memory-bound"])
+def test_a_logical_core_of_two_physical_cores_halves_compute_and_memory_bound_estimates(op):
+    one, two = (cost_model.estimate(*op, cost_model.hardware("trn2", n)) for n in (1, 2))
+    assert one.bound == two.bound
+    assert two.seconds - OVERHEAD_S == pytest.approx((one.seconds - OVERHEAD_S) / 2, rel=1e-12)
+
+
+def test_logical_core_rates_are_the_physical_figures_times_the_grouping():
+    for chip in chips.CHIPS.values():
+        for n in (1, 2):
+            hw = cost_model.hardware(chip.name, n)
+            assert hw.tensor_flops_bf16 == n * chip.tensor_flops[chips.BF16]
+            assert hw.tensor_flops_fp8 == n * chip.tensor_flops[chips.FP8]
+            assert hw.vector_flops == n * chip.vector_flops
+            assert hw.dma_bytes_per_s == chip.hbm_bytes_per_s * n / chip.physical_cores
+
+
+def test_trn3_uses_its_own_published_figures():
+    trn2, trn3 = cost_model.hardware("trn2"), cost_model.hardware("trn3")
+    assert trn3.tensor_flops_fp8 == 2 * 315e12 and trn2.tensor_flops_fp8 == 2 * 158e12
+    assert trn3.vector_flops == 2 * 1.2e12 and trn2.vector_flops == 2 * 1.0e12
+    fp8 = ("aten::mm", call([t(4096, 4096, dtype="Float8_e4m3fn")] * 2, [t(4096, 4096, dtype="BFloat16")]))
+    est = cost_model.estimate(*fp8, trn3)
+    assert est.seconds == pytest.approx(2 * 4096**3 / (2 * chips.TRN3.tensor_flops[chips.FP8]) + OVERHEAD_S)
+    relu = cost_model.estimate("aten::relu", call([t(1 << 22)], [t(1 << 22)]), trn3)
+    assert relu.seconds == pytest.approx(relu.bytes_moved / (chips.TRN3.hbm_bytes_per_s / 4) + OVERHEAD_S)
+
+
+def test_a_failing_flop_formula_is_an_error_with_its_reason_not_an_elementwise_estimate():
+    # mm's formula unpacks 2-D shapes: a 3-D call makes it raise.
+    with pytest.raises(cost_model.CostModelError, match="FLOP formula of mm failed: ValueError"):
+        cost_model.estimate("aten::mm", call([t(2, 3, 4), t(4, 5)], [t(2, 3, 5)]), cost_model.hardware())
+
+
+def _profile(tmp_path, fn) -> dict:
+    nc = NeuronConfig(profile_output_dir=tmp_path)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc) as prof:
+        fn()
+        torch.neuron.synchronize()
+    return tables(prof, cost_model.hardware(), "trn2", ["device"], "all")
+
+
+def test_a_failing_flop_formula_leaves_the_operator_unestimated_with_its_reason(tmp_path, monkeypatch):
+    from torch.utils.flop_counter import flop_registry
+    a = torch.randn(64, 64, device="neuron")
+    a @ a
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("formula bug")
+    monkeypatch.setitem(flop_registry, torch.ops.aten.mm, broken)
+    result = _profile(tmp_path, lambda: a @ a)
+    row = {r["op_name"]: r for r in result["FrameworkOp"].to_pylist()}["aten::mm"]
+    assert row["estimated_chip_time_us"] is None and row["estimated_flops"] is None
+    assert row["unestimated_reason"] == "FLOP formula of mm failed: RuntimeError: formula bug"
+    summary = result["Summary"].to_pylist()[0]
+    assert summary["unestimated_ops"] == 1 and summary["model_flops"] == 0
+
+
+def test_mfu_divides_by_the_peak_of_the_flops_dtype(tmp_path):
+    n = 1024  # fp32: compute-bound on a trn2 logical core
+    a = torch.randn(n, n, device="neuron")
+    a @ a
+    summary = _profile(tmp_path, lambda: a @ a)["Summary"].to_pylist()[0]
+    compute = 2 * n**3 / (2 * chips.TRN2.tensor_flops[chips.FP32])
+    assert summary["model_flops"] == summary["hardware_flops"] == 2 * n**3
+    assert summary["estimated_mfu"] == pytest.approx(compute / (compute + OVERHEAD_S))
+    assert summary["estimated_hfu"] == summary["estimated_mfu"]
+
+
+def test_model_flops_exclude_vector_work_and_host_fallbacks_and_framework_ops_have_no_instructions(tmp_path):
+    import warnings
+    x, y = torch.randn(1024, device="neuron"), torch.randn(1024, device="neuron", dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn = lambda: (x.relu(), torch.exp(y), torch.mm(y.view(32, 32), y.view(32, 32)))  # noqa: E731
+        fn()
+        result = _profile(tmp_path, fn)
+    summary = result["Summary"].to_pylist()[0]
+    ops = {r["op_name"]: r for r in result["FrameworkOp"].to_pylist()}
+    assert ops["aten::mm"]["is_fallback"] and ops["aten::mm"]["estimated_flops"] == 2 * 32**3
+    assert summary["model_flops"] == summary["hardware_flops"] == 0
+    assert all(summary[f"{e}_instructions"] == 0 for e in ("TensorE", "VectorE", "ScalarE", "GpSimd", "DMA"))
+
+
+def test_kernel_language_transposes_are_hardware_flops_not_model_flops():
+    import types
+
+    import ml_dtypes
+    import numpy as np
+
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+    from torch_neuronx.profiling import analysis
+
+    @nki.jit
+    def kernel(a, b, out):
+        ta, tb = nl.load(a), nl.load(b)
+        nl.store(out, value=nl.copy(nisa.nc_matmul(ta, tb)))
+        nl.transpose(ta)
+        return out
+    k, m, n = 128, 64, 256
+    a, b = np.ones((k, m), ml_dtypes.bfloat16), np.ones((k, n), ml_dtypes.bfloat16)
+    nki.simulate(kernel)(a, b, np.zeros((m, n), np.float32))
+    report = nki.simulator.last_report()
+    op = analysis._Op()
+    analysis._charge_simulated(op, types.SimpleNamespace(report=report))
+    rate = chips.TRN2.tensor_flops[chips.BF16]  # the simulator's unit: one physical core
+    assert op.model_flops == 2 * k * m * n and op.model_peak_s == pytest.approx(2 * k * m * n / rate)
+    assert op.transpose_flops == 2 * k * k * m and op.transpose_peak_s == pytest.approx(2 * k * k * m / rate)
+
+
+def test_a_compiled_graph_whose_flop_formula_fails_is_unestimated(monkeypatch):
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils.flop_counter import flop_registry
+    from torch_neuronx.compile import cost
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("formula bug")
+    monkeypatch.setitem(flop_registry, torch.ops.aten.mm, broken)
+    graph = cost.count(make_fx(lambda a, b: a @ b)(torch.randn(8, 16), torch.randn(16, 4)))
+    assert graph.matmul_flops == {} and len(graph.unestimated) == 1
+    assert "RuntimeError: formula bug" in graph.unestimated[0]
+    with pytest.raises(cost_model.CostModelError, match="formula bug"):
+        cost_model.estimate_compiled(graph, cost_model.hardware())

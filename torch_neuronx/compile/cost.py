@@ -6,7 +6,8 @@ executable is made (an executable loaded with its graph from AOTAutograd's cache
 count) and kept under the kernel's name:
 - FLOPs: PyTorch's ``torch.utils.flop_counter`` formulas over the graph's nodes (matrix
   operators: mm, addmm, bmm, convolution, attention...), by the dtype of their first tensor
-  argument, which sets the TensorE rate;
+  argument, which sets the TensorE rate; a formula that cannot count its node is recorded with
+  the reason (``GraphCost.unestimated``) so the graph is reported unestimated, not undercounted;
 - bytes: the graph's tensor inputs read plus its tensor outputs written, as a fused kernel
   moves them (intermediates stay on chip); an output that is an input or a view of one is not
   written, views of one result are written once.
@@ -28,6 +29,7 @@ class GraphCost:
 
     matmul_flops: dict[str, int]  # by dtype name as torch spells it ("bfloat16", "float32")
     bytes_moved: int
+    unestimated: tuple[str, ...] = ()  # why a node's FLOPs could not be counted
 
 
 _costs: dict[str, GraphCost | None] = {}  # kernel name -> its graph's cost; None when ambiguous
@@ -51,6 +53,7 @@ def _base(node: fx.Node) -> fx.Node:
 def count(gm: fx.GraphModule) -> GraphCost:
     """The FLOPs and bytes of one execution of ``gm`` (an AOT graph whose nodes carry ``val``)."""
     flops: dict[str, int] = {}
+    failed: list[str] = []
     moved = 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -66,11 +69,12 @@ def count(gm: fx.GraphModule) -> GraphCost:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             try:
                 n = int(formula(*args, **kwargs, out_val=node.meta.get("val")))
-            except Exception:  # a formula that cannot read this node's arguments counts nothing
+            except Exception as e:  # a formula that cannot read this node's arguments
+                failed.append(f"FLOP formula of {node.target} failed: {type(e).__name__}: {e}")
                 continue
             dtype = str(first.dtype).removeprefix("torch.") if first is not None else "float32"
             flops[dtype] = flops.get(dtype, 0) + n
-    return GraphCost(flops, moved)
+    return GraphCost(flops, moved, tuple(failed))
 
 
 def record(kernel: str, cost: GraphCost) -> None:

@@ -14,6 +14,7 @@ import platform
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +22,7 @@ import torch
 from torch.autograd import DeviceType
 
 from nki.device import LaunchReport, launch_reports
-from nki.simulator.cost_model import ENGINES, HardwareConfig
+from nki.simulator.cost_model import ENGINES, TENSOR, HardwareConfig, tensor_rate, transpose_flops
 
 from .. import _C
 from ..compile.cost import graph_cost
@@ -39,7 +40,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("device_time_us", pa.float64()), ("host_fallback_time_us", pa.float64()),
         ("estimated_chip_time_us", pa.float64()), ("estimated_engine", pa.string()),
         ("estimated_bound", pa.string()), ("estimated_flops", pa.int64()),
-        ("estimated_bytes_moved", pa.int64()), ("source_location", pa.string()),
+        ("estimated_bytes_moved", pa.int64()), ("unestimated_reason", pa.string()),
+        ("source_location", pa.string()),
     ]),
     "Instruction": pa.schema([
         ("kernel_name", pa.string()), ("core", pa.int64()), ("launch", pa.int64()), ("index", pa.int64()),
@@ -60,7 +62,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("steps", pa.int64()), ("wall_time_us", pa.float64()), ("device_time_us", pa.float64()),
         ("host_fallback_time_us", pa.float64()), ("estimated_chip_time_us", pa.float64()),
         ("estimated_step_time_us", pa.float64()), ("model_flops", pa.int64()), ("hardware_flops", pa.int64()),
-        ("estimated_mfu", pa.float64()), ("estimated_mbu", pa.float64()),
+        ("transpose_flops", pa.int64()), ("estimated_mfu", pa.float64()), ("estimated_hfu", pa.float64()),
+        ("estimated_mbu", pa.float64()),
         ("kernels", pa.int64()), ("fallback_ops", pa.int64()), ("unestimated_ops", pa.int64()),
         *[(f"{e}_estimated_active_time_us", pa.float64()) for e in ENGINES],
         *[(f"{e}_instructions", pa.int64()) for e in ENGINES],
@@ -103,7 +106,12 @@ class _Op:
     bound: Counter = field(default_factory=Counter)
     flops: int = 0
     bytes: int = 0
+    model_flops: int = 0        # matrix FLOPs of the model run on TensorE
+    transpose_flops: int = 0    # TensorE FLOPs spent on transposes (kernel-language kernels)
+    model_peak_s: float = 0.0   # model_flops at TensorE's peak for their dtype
+    transpose_peak_s: float = 0.0
     estimated: bool = False
+    unestimated_reason: str | None = None
     source: str = ""
 
 
@@ -183,6 +191,17 @@ def _charge_simulated(op: _Op, launch: LaunchReport) -> None:
     op.bytes += report.dma_bytes
     for engine, busy in report.engine_busy_seconds.items():
         op.engine[engine] += busy
+    for r in report.instructions:
+        if r.engine != TENSOR:
+            continue
+        peak = tensor_rate(report.config, r.dtype)
+        if r.opcode == "transpose":
+            flops = transpose_flops(*r.shape)
+            op.transpose_flops += flops
+            op.transpose_peak_s += flops / peak
+        else:
+            op.model_flops += r.flops
+            op.model_peak_s += r.flops / peak
 
 
 def _charge(op: _Op, kind: str, est: cost_model.Estimate | None) -> None:
@@ -193,12 +212,23 @@ def _charge(op: _Op, kind: str, est: cost_model.Estimate | None) -> None:
     op.flops += est.flops
     op.bytes += est.bytes_moved
     op.bound[est.bound] += 1
+    if est.engine == TENSOR and kind != "fallback":  # a fallback's FLOPs run on the host
+        op.model_flops += est.flops
+        op.model_peak_s += est.tensor_peak_seconds
     if kind == "fallback":
         # Charged with its measured host time (in tables) plus moving its tensors both ways.
         op.estimated_s += cost_model.transfer_seconds(est.bytes_moved)
     else:
         op.estimated_s += est.seconds
         op.engine[est.engine] += est.seconds
+
+
+def _charge_or_explain(op: _Op, kind: str, estimate: Callable[[], cost_model.Estimate | None]) -> None:
+    """Charges an estimate, or keeps why the cost model could not make one."""
+    try:
+        _charge(op, kind, estimate())
+    except cost_model.CostModelError as e:
+        op.unestimated_reason = str(e)
 
 
 def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes: list[str],
@@ -233,7 +263,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             _charge_simulated(op, launch)
         graph = graph_cost(k.name()) if kind == "compiled" else None
         if graph is not None:  # each kernel is one execution of the graph
-            _charge(op, kind, cost_model.estimate_compiled(graph, hw))
+            _charge_or_explain(op, kind, lambda: cost_model.estimate_compiled(graph, hw))
         args = kernel_args.get((k.device_index(), k.start_ns()))
         call = k.linked_correlation_id()
         if parent is not None and args and kind in ("native", "fallback") and call not in described:
@@ -244,12 +274,16 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         op.calls += 1
         op.source = op.source or _source(list(parent.stack()))
     for name, kernel, kind, args in described.values():
-        est = cost_model.estimate_copy(kernel, args, hw) or cost_model.estimate(name, args, hw)
-        _charge(ops[name], kind, est)
+        _charge_or_explain(ops[name], kind, lambda: cost_model.estimate_copy(kernel, args, hw)
+                           or cost_model.estimate(name, args, hw))
     for op in ops.values():
-        if op.execution == "fallback":
+        if op.execution == "fallback":  # its measured host time is its estimate, FLOPs or not
             op.estimated = True
             op.estimated_s += op.fallback_ns * 1e-9
+        elif op.unestimated_reason:  # partly estimated calls would understate it: none at all
+            op.estimated, op.estimated_s, op.engine, op.bound = False, 0.0, Counter(), Counter()
+            op.flops = op.bytes = op.model_flops = op.transpose_flops = 0
+            op.model_peak_s = op.transpose_peak_s = 0.0
 
     framework = [{
         "op_name": name, "execution": op.execution, "is_fallback": op.execution == "fallback",
@@ -260,6 +294,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "estimated_bound": op.bound.most_common(1)[0][0] if op.bound else None,
         "estimated_flops": op.flops if op.estimated else None,
         "estimated_bytes_moved": op.bytes if op.estimated else None,
+        "unestimated_reason": None if op.estimated else op.unestimated_reason,
         "source_location": op.source or None,
     } for name, op in sorted(ops.items(), key=lambda kv: -(kv[1].device_ns + kv[1].fallback_ns))]
 
@@ -286,22 +321,22 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     engine_s = Counter()
     for op in ops.values():
         engine_s.update(op.engine)
-    framework_counts = Counter()
-    for row in framework:
-        if row["estimated_engine"] and row["execution"] == "native":  # one instruction stream per call
-            framework_counts[row["estimated_engine"]] += row["calls"]
+    # Instructions are the simulated kernel-language kernels' instructions only: framework
+    # operators are costed as whole calls, not decomposed into hardware instructions.
     active = [{"engine": e, "estimated_active_time_us": engine_s[e] * 1e6,
-               "instruction_count": nki_engine_counts[e] + framework_counts[e],
+               "instruction_count": nki_engine_counts[e],
                "source": "cost model (framework ops) + kernel simulator (kernel-language ops)"}
               for e in ENGINES]
 
     starts = [e.start_ns() for e in events]
     ends = [e.end_ns() for e in events]
     wall_us = (max(ends) - min(starts)) / 1e3 if events else 0.0
-    estimated_s = sum(op.estimated_s for op in ops.values())
-    flops = sum(op.flops for op in ops.values())
+    estimated_s = sum(op.estimated_s for op in ops.values())  # summed over cores
+    model_flops = sum(op.model_flops for op in ops.values())
+    transposes = sum(op.transpose_flops for op in ops.values())
+    model_peak_s = sum(op.model_peak_s for op in ops.values())
+    hardware_peak_s = model_peak_s + sum(op.transpose_peak_s for op in ops.values())
     moved = sum(op.bytes for op in ops.values())
-    cores_used = max(1, len({k.device_index() for k in device}))
     steps = max(1, sum(e.name().startswith("ProfilerStep#") for e in cpu.values()))
     summary = {
         "steps": steps, "wall_time_us": wall_us,
@@ -309,14 +344,18 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "host_fallback_time_us": sum(op.fallback_ns for op in ops.values()) / 1e3,
         "estimated_chip_time_us": estimated_s * 1e6,
         "estimated_step_time_us": estimated_s * 1e6 / steps,
-        "model_flops": flops, "hardware_flops": flops,
-        "estimated_mfu": flops / (estimated_s * hw.tensor_flops_bf16 * cores_used) if estimated_s else None,
-        "estimated_mbu": moved / (estimated_s * hw.dma_bytes_per_s * cores_used) if estimated_s else None,
+        "model_flops": model_flops, "hardware_flops": model_flops + transposes,
+        "transpose_flops": transposes,
+        # Utilisations over the estimated time, which already sums every core's busy time: the
+        # time TensorE would need at its peak for each FLOP's dtype, over the time taken.
+        "estimated_mfu": model_peak_s / estimated_s if estimated_s else None,
+        "estimated_hfu": hardware_peak_s / estimated_s if estimated_s else None,
+        "estimated_mbu": moved / (estimated_s * hw.dma_bytes_per_s) if estimated_s else None,
         "kernels": len(device),
         "fallback_ops": sum(op.execution == "fallback" for op in ops.values()),
         "unestimated_ops": sum(not op.estimated for op in ops.values()),
         **{f"{e}_estimated_active_time_us": engine_s[e] * 1e6 for e in ENGINES},
-        **{f"{e}_instructions": nki_engine_counts[e] + framework_counts[e] for e in ENGINES},
+        **{f"{e}_instructions": nki_engine_counts[e] for e in ENGINES},
     }
     from ..runtime import current_topology
     topo = current_topology()

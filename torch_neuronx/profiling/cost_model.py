@@ -1,16 +1,17 @@
 """ESTIMATED time of framework operators on the target chip (trn2 default, trn3 selectable).
 
 Every number here is an estimate from a roofline, not a measurement: an operator takes
-``max(flops / engine_rate, bytes / hbm_bandwidth) + fixed overhead`` on one NeuronCore, with the
-published per-core figures (nki/simulator/cost_model.py) (shared with the kernel-language simulator's cost model):
+``max(flops / engine_rate, bytes / hbm_bandwidth) + fixed overhead`` on one LOGICAL NeuronCore,
+whose figures are its physical cores' summed engine rates and HBM share
+(:func:`hardware`, from the chip facts of :mod:`torch_neuronx.runtime.chips`):
 - matrix operators (those ``torch.utils.flop_counter`` has a formula for: mm, addmm, bmm,
-  convolution, attention...) run on TensorE at its rate for the dtype (79 TFLOP/s bf16, 20 fp32,
-  158 fp8), with PyTorch's FLOP formulas;
-- every other operator runs on VectorE (~1 TFLOP/s), counted as one operation per element
-  written (``_foreach_*`` ops: summed over the list);
+  convolution, attention...) run on TensorE at its rate for the dtype (bf16/fp16, fp32, fp8),
+  with PyTorch's FLOP formulas; a formula that fails leaves the operator UNESTIMATED
+  (:class:`CostModelError`, with the reason) rather than guessed;
+- every other operator runs on VectorE, counted as one operation per element written
+  (``_foreach_*`` ops: summed over the list);
 - bytes moved = the tensors read plus the tensors written, as the shim describes each call's
   kernel while a profiler records (no ``record_shapes`` needed);
-- HBM bandwidth per core = chip bandwidth / logical cores per chip (trn2: 2.9 TB/s / 4);
 - copies run on the DMA engines: host <-> device moves the source's bytes over the host link
   (``HOST_LINK_BYTES_PER_S``, an assumption: no published figure), device to device (same
   core or core to core) reads and writes them at HBM bandwidth;
@@ -21,7 +22,6 @@ published per-core figures (nki/simulator/cost_model.py) (shared with the kernel
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,17 +29,12 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import flop_registry
 
-from nki.simulator.cost_model import DMA, GENERATIONS, TENSOR, VECTOR, HardwareConfig
+from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor_rate
 
 from ..compile.cost import GraphCost
 
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
 
-# TensorE rate of a dtype, lower-cased c10 names (the shim's descriptions) or torch names
-# (compiled graphs); others run at the fp32 rate.
-_TENSOR_RATE: dict[str, str] = {"bfloat16": "tensor_flops_bf16", "half": "tensor_flops_bf16",
-                                "float16": "tensor_flops_bf16", "float8_e4m3fn": "tensor_flops_fp8",
-                                "float8_e5m2": "tensor_flops_fp8"}
 # Copy kernels (csrc/shim/tensor_kernels.cpp) by direction: True over the host link, False in HBM.
 _COPY_OVER_HOST_LINK: dict[str, bool] = {"(host to device)": True, "(device to host)": True,
                                          "(device to device)": False, "(core to core)": False}
@@ -47,22 +42,26 @@ _COPY_OVER_HOST_LINK: dict[str, bool] = {"(host to device)": True, "(device to h
 _FORMULA_OF: dict[str, str] = {"convolution_overrideable": "convolution"}
 
 
-def hardware(generation: str = "trn2", cores_per_chip: int = 4) -> HardwareConfig:
-    """Per-core figures of a generation, for a chip split into ``cores_per_chip`` logical cores."""
-    if generation not in GENERATIONS:
-        raise ValueError(f"unknown chip generation {generation!r}: expected one of {sorted(GENERATIONS)}")
-    return dataclasses.replace(GENERATIONS[generation], logical_cores_per_chip=cores_per_chip)
+def hardware(generation: str = "trn2", logical_nc_config: int = 2) -> HardwareConfig:
+    """Figures of one logical core of ``generation`` made of ``logical_nc_config`` physical cores
+    (the runtime's NEURON_LOGICAL_NC_CONFIG, default 2)."""
+    return HardwareConfig.of(generation, logical_nc_config)
+
+
+class CostModelError(ValueError):
+    """An operator the cost model cannot estimate; the message says why."""
 
 
 @dataclass(frozen=True)
 class Estimate:
     """Cost-model ESTIMATE of one operator call on one core."""
 
-    flops: int
+    flops: int             # TensorE: matrix FLOPs; VectorE: one per element written; DMA: 0
     bytes_moved: int
-    engine: str            # TensorE or VectorE
+    engine: str            # TensorE, VectorE or DMA
     seconds: float
     bound: str             # "compute" or "memory"
+    tensor_peak_seconds: float = 0.0  # its matrix FLOPs at TensorE's peak for their dtype (MFU)
 
 
 def _tensors(values: list[Any]) -> list[dict]:
@@ -85,19 +84,17 @@ def _as_shapes(value: Any) -> Any:
     return value
 
 
-def _tensor_rate(dtype: str, hw: HardwareConfig) -> float:
-    return getattr(hw, _TENSOR_RATE.get(dtype.lower(), "tensor_flops_fp32"))
-
-
 def _roofline(flops: int, compute: float, bytes_moved: int, memory: float, engine: str,
               overhead: float) -> Estimate:
     """The slower of the compute and memory times (seconds), plus a fixed overhead."""
     return Estimate(flops, bytes_moved, engine, max(compute, memory) + overhead,
-                    "compute" if compute >= memory else "memory")
+                    "compute" if compute >= memory else "memory",
+                    compute if engine == TENSOR else 0.0)
 
 
 def _flops(name: str, inputs: list[Any], outputs: list[Any]) -> int | None:
-    """PyTorch's FLOP formula for a matrix operator, or None if it has none (or it fails)."""
+    """PyTorch's FLOP formula for a matrix operator, None if it has none; CostModelError if it
+    has one that cannot count this call (costing it as elementwise would hide its FLOPs)."""
     op = name.removeprefix("aten::").split(".")[0]
     packet = getattr(torch.ops.aten, _FORMULA_OF.get(op, op), None)
     formula = flop_registry.get(packet) if packet is not None else None
@@ -108,12 +105,13 @@ def _flops(name: str, inputs: list[Any], outputs: list[Any]) -> int | None:
     # Some formulas take every argument (convolution's `transposed`), others the tensors only
     # (addmm has no parameters for beta/alpha): try both.
     shapes = [_as_shapes(v) for v in inputs]
+    error: Exception | None = None
     for args in (shapes, [s for s in shapes if isinstance(s, torch.Size)]):
         try:
             return int(formula(*args, out_val=out_val))
-        except Exception:  # formulas that need arguments the call does not have
-            continue
-    return None
+        except Exception as e:  # the first form may not match this formula's parameters
+            error = e
+    raise CostModelError(f"FLOP formula of {op} failed: {type(error).__name__}: {error}")
 
 
 def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
@@ -122,7 +120,8 @@ def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
 
     Bytes moved are the tensors read plus the tensors written: the outputs, or for an in-place
     operator that returns nothing (``_foreach_add_``) its first argument. Operators without a FLOP
-    formula do one VectorE operation per element written."""
+    formula do one VectorE operation per element written. Raises CostModelError when the
+    operator's FLOP formula fails."""
     inputs, outputs = call["inputs"], call["outputs"]
     read = _tensors(inputs)
     written = _tensors(outputs) or _tensors(inputs[:1])
@@ -131,7 +130,7 @@ def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
     bytes_moved = sum(t["bytes"] for t in read + written)
     flops = _flops(name, inputs, outputs)
     if flops is not None:
-        rate, engine = _tensor_rate((read or written)[0]["dtype"], hw), TENSOR
+        rate, engine = tensor_rate(hw, (read or written)[0]["dtype"]), TENSOR
     else:
         flops = sum(math.prod(t["shape"]) for t in written)
         rate, engine = hw.vector_flops, VECTOR
@@ -158,9 +157,12 @@ def estimate_copy(kernel: str, call: dict, hw: HardwareConfig) -> Estimate | Non
 def estimate_compiled(cost: GraphCost, hw: HardwareConfig) -> Estimate:
     """Estimate one execution of a compiled graph as one fused kernel: its matrix FLOPs on
     TensorE (at each dtype's rate) against its inputs read and outputs written; a graph without
-    matrix operators is elementwise work on VectorE, bound by its bytes."""
+    matrix operators is elementwise work on VectorE, bound by its bytes. Raises CostModelError
+    when a FLOP formula failed on one of its nodes."""
+    if cost.unestimated:
+        raise CostModelError("; ".join(cost.unestimated))
     flops = sum(cost.matmul_flops.values())
-    compute = sum(n / _tensor_rate(dtype, hw) for dtype, n in cost.matmul_flops.items())
+    compute = sum(n / tensor_rate(hw, dtype) for dtype, n in cost.matmul_flops.items())
     return _roofline(flops, compute, cost.bytes_moved, cost.bytes_moved / hw.dma_bytes_per_s,
                      TENSOR if flops else VECTOR, hw.compute_overhead_cycles / hw.clock_hz)
 
@@ -170,5 +172,5 @@ def transfer_seconds(bytes_moved: int) -> float:
     return bytes_moved / HOST_LINK_BYTES_PER_S
 
 
-__all__ = ["Estimate", "estimate", "estimate_copy", "estimate_compiled", "hardware", "transfer_seconds",
+__all__ = ["CostModelError", "Estimate", "estimate", "estimate_copy", "estimate_compiled", "hardware", "transfer_seconds",
            "HOST_LINK_BYTES_PER_S", "TENSOR", "VECTOR", "DMA"]

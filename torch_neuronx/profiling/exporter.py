@@ -32,7 +32,7 @@ class NeuronProfiler:
         out = Path(nc.profile_output_dir) / f"{socket.gethostname()}_pid_{os.getpid()}" / stamp
         out.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(out / TRACE_FILE))
-        hw = cost_model.hardware(nc.target, current_topology().cores_per_chip)
+        hw = cost_model.hardware(nc.target, current_topology().logical_nc_config)
         profiled = ",".join(map(str, nc.cores)) or "all"
         tables = analysis.tables(prof, hw, nc.target, [m.value for m in nc.modes], profiled)
         for name, table in tables.items():

@@ -14,24 +14,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class ChipSpec:
-    """Per-chip facts of a Trainium generation."""
-
-    name: str
-    physical_cores: int
-    hbm_bytes: int
-    hbm_bandwidth: float  # bytes/s per chip
-    sbuf_bytes: int  # per physical core
-
-
-CHIPS = {
-    "trn2": ChipSpec("trn2", 8, 96 * GiB, 2.9e12, 24 * (1 << 20) + 4 * (1 << 20)),
-    "trn3": ChipSpec("trn3", 8, 144 * GiB, 4.9e12, 32 * (1 << 20)),
-}
+from .chips import CHIPS, Chip, logical_core
 
 
 @dataclass(frozen=True)
@@ -47,7 +30,7 @@ class Topology:
     inline_kernels: bool = True  # kernels may run on the launching thread when the core is idle
 
     @property
-    def chip(self) -> ChipSpec:
+    def chip(self) -> Chip:
         return CHIPS[self.generation]
 
     @property
@@ -130,8 +113,7 @@ def from_env(env: dict[str, str] | None = None) -> Topology:
     chips = _int(env, "TORCH_NEURONX_SIM_CHIPS", 1)
     if chips < 1:
         raise ValueError(f"TORCH_NEURONX_SIM_CHIPS={chips}: expected at least 1")
-    chip = CHIPS[generation]
-    per_chip = chip.physical_cores // config
+    per_chip = CHIPS[generation].physical_cores // config
     total = per_chip * chips
     visible = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
     cores = parse_core_list(visible, total) if visible else tuple(range(total))
@@ -140,7 +122,7 @@ def from_env(env: dict[str, str] | None = None) -> Topology:
         raise ValueError(f"NEURON_RT_NUM_CORES={num}: only {len(cores)} cores are visible")
     if num:
         cores = cores[:num]
-    hbm = _int(env, "TORCH_NEURONX_SIM_HBM_BYTES", chip.hbm_bytes // per_chip)
+    hbm = _int(env, "TORCH_NEURONX_SIM_HBM_BYTES", logical_core(generation, config).hbm_bytes)
     inflight = _int(env, "TORCH_NEURONX_MAX_INFLIGHT_KERNELS", 256)
     if inflight < 1:
         raise ValueError(f"TORCH_NEURONX_MAX_INFLIGHT_KERNELS={inflight}: expected at least 1")

@@ -1,0 +1,124 @@
+"""Published facts of each simulated Trainium generation: the ONE place they are written down.
+
+Every other module (topology, the kernel simulator's and the profiler's cost models, the compile
+cost counter) reads them from here. Sources (AWS Neuron documentation):
+[T2] about-neuron/arch/neuron-hardware/trainium2.rst (Trainium2 chip)
+[T3] about-neuron/arch/neuron-hardware/trainium3.rst (Trainium3 chip)
+[N3] about-neuron/arch/neuron-hardware/neuron-core-v3.rst (NeuronCore-v3)
+[N4] about-neuron/arch/neuron-hardware/neuron-core-v4.rst (NeuronCore-v4)
+[K2] nki/guides/architecture/trainium2_arch.rst (Trainium2 Architecture Guide for NKI)
+[K3] nki/guides/architecture/trainium3_arch.rst (Trainium3 Architecture Guide for NKI)
+
+Engine rates are per PHYSICAL NeuronCore and dense (structured sparsity is not modelled). A
+logical core (``NEURON_LOGICAL_NC_CONFIG``) groups physical cores and has their summed compute
+and bandwidth: :func:`logical_core` derives every per-core figure from these facts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+MiB, GiB = 1 << 20, 1 << 30
+
+BF16, FP32, FP8 = "bf16", "fp32", "fp8"  # TensorE rate classes: bf16 also covers fp16 and tf32
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One Trainium generation: per-physical-core engine figures and per-chip memory/interconnect."""
+
+    name: str
+    physical_cores: int
+    # Per physical NeuronCore.
+    tensor_flops: Mapping[str, float]      # dense TensorE FLOP/s by rate class (BF16, FP32, FP8)
+    vector_flops: float                    # VectorE FP32 FLOP/s
+    scalar_flops: float                    # ScalarE FP32 FLOP/s
+    gpsimd_flops: float                    # GpSimd FLOP/s (ASSUMED: not published)
+    engine_clock_hz: Mapping[str, float]   # "tensor", "vector", "scalar", "gpsimd"
+    partitions: int                        # SBUF/PSUM partitions = PE array rows
+    sbuf_bytes: int
+    psum_bytes: int
+    # Per chip.
+    hbm_bytes: int
+    hbm_bytes_per_s: float
+    dma_bytes_per_s: float
+    interconnect_bytes_per_s: float        # NeuronLink, chip to chip
+
+
+def _frozen(**values: float) -> Mapping[str, float]:
+    return MappingProxyType(values)
+
+
+TRN2 = Chip(
+    name="trn2", physical_cores=8,  # [T2] eight NeuronCore-v3
+    # [K2]/[N3]: "158 FP8, 79 BF16/FP16/TF32 and 20 FP32 dense TFLOPS" per NeuronCore-v3 TensorE.
+    tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 158e12}),
+    vector_flops=1.0e12,  # [K2]/[N3] "Vector Engine delivers a total of 1.0 TFLOPS of FP32"
+    scalar_flops=1.2e12,  # [N3] "Scalar Engines ... deliver a total of 1.2 TFLOPS of FP32"
+    # No published GpSimd rate (eight 512-bit general-purpose processors): assumed a quarter
+    # of VectorE, as general-purpose cores are the slow path for element work.
+    gpsimd_flops=0.25e12,
+    # [K2] "Compute Engine Specifications" table (GHz): Tensor 2.4, Vector 0.96, Scalar/GpSimd 1.2.
+    engine_clock_hz=_frozen(tensor=2.4e9, vector=0.96e9, scalar=1.2e9, gpsimd=1.2e9),
+    partitions=128,
+    sbuf_bytes=28 * MiB,  # [K2] "28MiB (or, 128 partitions of 224KiB)"
+    psum_bytes=2 * MiB,   # [K2] "PSUM capacity remains the same at 2MiB"
+    hbm_bytes=96 * GiB,   # [T2]
+    # [T2] 2.9 TB/s (the NKI guide [K2] rounds it to 3 TB/s).
+    hbm_bytes_per_s=2.9e12,
+    dma_bytes_per_s=3.5e12,  # [T2] "3.5 TB/sec of DMA bandwidth"
+    interconnect_bytes_per_s=1.28e12,  # [T2] NeuronLink-v3, 1.28 TB/sec per chip
+)
+
+TRN3 = Chip(
+    name="trn3", physical_cores=8,  # [T3] eight NeuronCore-v4
+    # [N4]/[K3]: 315 MXFP8/MXFP4 TFLOPS, 79 BF16/FP16/TF32 and 20 FP32 per NeuronCore-v4 TensorE;
+    # [T3] lists FP8 at the MXFP8 chip rate (2,517 TFLOPS = 8 x 315), so FP8 runs at 315.
+    tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 315e12}),
+    vector_flops=1.2e12,  # [N4]/[K3] "Vector Engine delivers a total of 1.2 TFLOPS of FP32"
+    scalar_flops=1.2e12,  # [N4] "Scalar Engines ... deliver a total of 1.2 TFLOPS of FP32"
+    # Not published either ([K3] gives a 128 elements/cycle data path at 1.2 GHz, no FLOP rate):
+    # the trn2 assumption is kept.
+    gpsimd_flops=0.25e12,
+    # [K3] "Compute Engine Specifications" table (GHz): Tensor 2.4, Vector/Scalar/GpSimd 1.2.
+    engine_clock_hz=_frozen(tensor=2.4e9, vector=1.2e9, scalar=1.2e9, gpsimd=1.2e9),
+    partitions=128,
+    sbuf_bytes=32 * MiB,  # [N4]/[K3]
+    psum_bytes=2 * MiB,   # [K3] "PSUM capacity remains the same at 2MiB"
+    hbm_bytes=144 * GiB,  # [T3]
+    # [T3] 4.9 TB/s (the NKI guide [K3] says 4.7 TB/s; the chip page is taken as authoritative).
+    hbm_bytes_per_s=4.9e12,
+    dma_bytes_per_s=4.9e12,  # [T3] "4.9 TB/sec of DMA bandwidth"
+    interconnect_bytes_per_s=2.56e12,  # [T3] NeuronLink-v4, 2.56 TB/sec per device
+)
+
+CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN2, TRN3)})
+
+
+@dataclass(frozen=True)
+class LogicalCore:
+    """The figures of one logical core: ``physical`` physical cores' engines (their rates add up,
+    the runtime spreads a logical core's work over them) and their share of the chip's HBM."""
+
+    chip: Chip
+    physical: int
+    tensor_flops: Mapping[str, float]
+    vector_flops: float
+    scalar_flops: float
+    gpsimd_flops: float
+    hbm_bytes: int
+    hbm_bytes_per_s: float
+
+
+def logical_core(chip: Chip | str, logical_nc_config: int = 1) -> LogicalCore:
+    """Per-core figures of ``chip`` split into logical cores of ``logical_nc_config`` physical cores
+    (1: one physical core, the kernel simulator's unit; 2: the runtime's default)."""
+    chip = CHIPS[chip] if isinstance(chip, str) else chip
+    if logical_nc_config < 1 or chip.physical_cores % logical_nc_config:
+        raise ValueError(f"{chip.name} has {chip.physical_cores} physical cores: cannot group them "
+                         f"by {logical_nc_config}")
+    n, share = logical_nc_config, logical_nc_config / chip.physical_cores
+    return LogicalCore(chip, n, _frozen(**{k: n * v for k, v in chip.tensor_flops.items()}),
+                       n * chip.vector_flops, n * chip.scalar_flops, n * chip.gpsimd_flops,
+                       int(chip.hbm_bytes * share), chip.hbm_bytes_per_s * share)
