@@ -1,13 +1,15 @@
 """torch.compile(backend="neuron") against neuron eager, CPU eager and CPU Inductor, side by side.
 
 Median synchronized training-step time (forward, backward, AdamW) of TinyGPT and of a stack of
-elementwise/normalization layers where fusion matters, after warm-up (compilation excluded), and
-the first (compiling) step. Then cold against warm start: two fresh processes run the first
-compiled TinyGPT step on one executable cache directory, empty for the first.
+elementwise/normalization layers where fusion matters, after warm-up (compilation excluded).
+Then cold against warm start: two fresh processes run the first compiled TinyGPT step on one
+executable cache directory, empty for the first.
+
+    python benchmarks/compile_speed.py [--processes 3] [--out DIR]
+    python benchmarks/compile_speed.py --rounds 1 --burst 2 --processes 1 --out /tmp/b   # smoke test
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import multiprocessing
@@ -23,6 +25,7 @@ from multiprocessing.connection import Connection
 import torch
 from torch import nn
 
+import results
 import torch_neuronx
 from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
 
@@ -64,7 +67,8 @@ class Variant:
         self.model = torch.compile(model, backend=backend) if backend else model
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         compile_step = backend and not eager_optimizer
-        self.optimizer_step = torch.compile(self.optimizer.step, backend=backend) if compile_step else self.optimizer.step
+        self.optimizer_step = (torch.compile(self.optimizer.step, backend=backend) if compile_step
+                               else self.optimizer.step)
         self.x, self.y = (t.to(device) for t in batch)
 
     def step(self) -> float:
@@ -90,8 +94,8 @@ def _serve(conn: Connection, case: str, device: str, backend: str | None, eager_
 
 
 def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: int, burst: int,
-               eager_optimizer: bool = False, processes: int = 2) -> dict[str, tuple[float, float]]:
-    """Per variant: (first step seconds, median step seconds). Each variant runs in processes of
+               eager_optimizer: bool = False, processes: int = 2) -> dict[str, float]:
+    """Per variant: the median step seconds, after a first (compiling) step. Each variant runs in processes of
     its own, as a user's program would: OpenMP keeps one thread team per thread that ran a
     parallel op, and teams of several variants in one process would slow each other (libgomp
     shortens its barrier spinning when a process has more OpenMP threads than cores). Each
@@ -108,10 +112,9 @@ def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: i
             context.Process(target=_serve, args=(child, case, device, backend, eager_optimizer),
                             daemon=True).start()
             pipes.append((name, parent))
-    first: dict[str, float] = {}
-    for name, pipe in pipes:
+    for _, pipe in pipes:
         pipe.send(1)
-        first.setdefault(name, pipe.recv()[0])  # the first process's first (compiling) step
+        pipe.recv()  # the first (compiling) step
     times: dict[str, list[float]] = {name: [] for name, *_ in variants}
     for _ in range(rounds):
         for name, pipe in pipes:
@@ -120,7 +123,7 @@ def step_times(case: str, variants: list[tuple[str, str, str | None]], rounds: i
             times[name] += pipe.recv()[1:]
     for _, pipe in pipes:
         pipe.send(None)
-    return {name: (first[name], statistics.median(times[name])) for name in times}
+    return {name: statistics.median(samples) for name, samples in times.items()}
 
 
 # A fresh process: the first compiled TinyGPT training step, timed from before the model exists.
@@ -139,50 +142,56 @@ print(json.dumps({"first_step_s": time.perf_counter() - start, **torch_neuronx.g
 """
 
 
-def start_times() -> None:
+def start_times() -> dict[str, dict]:
     """Cold (empty cache) and warm start of the compiled TinyGPT step, each in a fresh process."""
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_neuronx.__file__)))
     with tempfile.TemporaryDirectory() as cache_dir:
         env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache_dir, "PYTHONPATH": repo_root}
         env.pop("TORCH_NEURONX_DISABLE_NEFF_CACHE", None)
-        print("Compiled TinyGPT first training step in a fresh process")
-        results = {}
+        runs = {}
         for name in ("cold", "warm"):
             start = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", FIRST_STEP], env=env, check=True,
                                  capture_output=True, text=True).stdout
-            results[name] = {**json.loads(out.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
-            r = results[name]
-            print(f"  {name}: first step {r['first_step_s']:6.2f} s, process {r['process_s']:6.2f} s, "
-                  f"executables compiled {r['executables_compiled']}, cache hits {r['cache_hits']}")
-        ratio = results["cold"]["first_step_s"] / results["warm"]["first_step_s"]
-        print(f"  cold / warm first step: {ratio:.1f}x (target >= 5x)")
+            runs[name] = {**json.loads(out.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
+        return runs
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = results.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=6, help="turns each process takes")
     parser.add_argument("--burst", type=int, default=10, help="steps per turn")
     parser.add_argument("--processes", type=int, default=2, help="processes per variant")
-    parser.add_argument("--only", choices=("steps", "start"), help="run one part")
     parser.add_argument("--eager-optimizer", action="store_true",
                         help="compiled variants compile the model only, not the optimizer step")
     args = parser.parse_args()
-    if args.only != "steps":
-        start_times()
-    if args.only == "start":
-        return
+    runs = start_times()
+    cold_over_warm = runs["cold"]["first_step_s"] / runs["warm"]["first_step_s"]
+    start = results.Table(
+        "Cold against warm start: the first compiled TinyGPT training step in a fresh process, timed "
+        f"from before the model is built; cold / warm first step {cold_over_warm:.1f}x (target ≥ 5x)",
+        ["run", "first step s", "whole process s", "executables compiled", "cache hits"],
+        [[name, f"{r['first_step_s']:.2f}", f"{r['process_s']:.2f}", str(r["executables_compiled"]),
+          str(r["cache_hits"])] for name, r in runs.items()])
     variants = [("neuron compiled", "neuron", "neuron"), ("neuron eager", "neuron", None),
                 ("cpu eager", "cpu", None), ("cpu inductor", "cpu", "inductor")]
+    rows, figures = [], {"cold_over_warm": f"{cold_over_warm:.1f}x"}
     for case in CASES:
-        print(f"{case} training step (median of {args.rounds} turns x {args.burst - 1} steps in each "
-              f"of {args.processes} processes per variant)")
-        results = step_times(case, variants, args.rounds, args.burst, args.eager_optimizer, args.processes)
-        for name, (first, median) in results.items():
-            print(f"  {name:<16} first {first * 1e3:9.1f} ms   median {median * 1e3:8.2f} ms")
-        compiled, eager, inductor = (results[k][1] for k in ("neuron compiled", "neuron eager", "cpu inductor"))
-        print(f"  neuron compiled / cpu inductor: {compiled / inductor:.2f}x (target <= 1.1x); "
-              f"neuron eager / neuron compiled: {eager / compiled:.2f}x (target >= 1.25x)\n")
+        medians = step_times(case, variants, args.rounds, args.burst, args.eager_optimizer, args.processes)
+        vs_inductor = medians["neuron compiled"] / medians["cpu inductor"]
+        vs_eager = medians["neuron eager"] / medians["neuron compiled"]
+        rows.append([case] + [f"{medians[name] * 1e3:.2f}" for name, *_ in variants]
+                    + [f"{vs_inductor:.2f}x", f"{vs_eager:.2f}x"])
+        figures[f"{case}_compiled_over_inductor"] = f"{vs_inductor:.2f}x"
+        figures[f"{case}_eager_over_compiled"] = f"{vs_eager:.2f}x"
+    steps = results.Table(
+        f"Training step, median ms over {args.rounds} turns x {args.burst - 1} steps in each of "
+        f"{args.processes} processes per variant"
+        + (" (optimizer step eager)" if args.eager_optimizer else ""),
+        ["model"] + [name for name, *_ in variants]
+        + ["compiled / inductor (target ≤ 1.1x)", "eager / compiled (target ≥ 1.25x)"], rows)
+    print(results.render([start, steps]))
+    results.publish(__file__, [start, steps], figures, args.out)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,11 @@
     with `enable_nested_tensor=False` (the device's fused kernels over the padded batch).
     Median of synchronized forward passes.
 
-    python benchmarks/cpu_fallback.py
+    python benchmarks/cpu_fallback.py [--out DIR]
     python benchmarks/cpu_fallback.py --batch 16 --seq 128 --repeats 30
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 import warnings
@@ -23,6 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
+import results
 import torch_neuronx  # noqa: F401  (registers the device)
 
 
@@ -54,7 +54,7 @@ def encoder(width: int, layers: int, nested: bool) -> nn.TransformerEncoder:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = results.parser(__doc__)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--width", type=int, default=128)
@@ -84,16 +84,21 @@ def main() -> None:
     encoders = {"neuron, nested fast path (layers on the host)": encoder_ms(True, neuron),
                 "neuron, enable_nested_tensor=False": encoder_ms(False, neuron)}
 
-    print("CPU-fallback operators, per synchronized call")
-    for name in ops:
-        print(f"  {name:36s} neuron {neuron_ops[name]:7.3f} ms  cpu {cpu_ops[name]:7.3f} ms  "
-              f"{neuron_ops[name] / cpu_ops[name]:6.2f}x")
-    print(f"nn.TransformerEncoder inference with a padding mask: batch {args.batch}, sequence "
-          f"{args.seq}, width {args.width}, {args.layers} layers, {int(mask.sum())} of "
-          f"{mask.numel()} positions padded")
-    print(f"  {'cpu, nested fast path':48s} {cpu_encoder:8.2f} ms")
-    for name, ms in encoders.items():
-        print(f"  {name:48s} {ms:8.2f} ms  {ms / cpu_encoder:5.2f}x cpu")
+    fallbacks = results.Table(
+        "(a) Operators without a device kernel, per synchronized call (median)",
+        ["operator", "neuron ms", "cpu ms", "neuron/cpu"],
+        [[name, f"{neuron_ops[name]:.3f}", f"{cpu_ops[name]:.3f}", f"{neuron_ops[name] / cpu_ops[name]:.1f}x"]
+         for name in ops])
+    transformer = results.Table(
+        f"(b) nn.TransformerEncoder inference with a padding mask: batch {args.batch}, sequence "
+        f"{args.seq}, width {args.width}, {args.layers} layers, {int(mask.sum())} of {mask.numel()} "
+        "positions padded (median forward)",
+        ["run", "ms", "/ cpu nested"],
+        [["cpu, nested fast path", f"{cpu_encoder:.2f}", "1.00x"]]
+        + [[name, f"{ms:.2f}", f"{ms / cpu_encoder:.2f}x"] for name, ms in encoders.items()])
+    print(results.render([fallbacks, transformer]))
+    results.publish(__file__, [fallbacks, transformer], {}, args.out)
+
 
 if __name__ == "__main__":
     main()

@@ -1,20 +1,20 @@
-"""Eager-mode overhead: small-op launch latency and a TinyGPT training step, device vs CPU.
+"""Eager-mode overhead: small-op launch latency and a TinyGPT training step, neuron vs CPU.
 
 (a) For each small-tensor op: warm up, then time N launches followed by one synchronize,
-    R times; report the median time per op on the device and on CPU tensors (measured in a
-    process of their own), and the ratio.
+    R times; report the median time per op on the device and on CPU tensors, and the ratio.
+    The CPU side runs in a process of its own, as a CPU program would: in one process the
+    device worker's OpenMP team and the host's slow each other down.
 (b) One TinyGPT training step (forward + backward + AdamW; batch 8, block 64, default
     config), synchronized at the end of every step: median over the measured steps.
 
 Targets: small ops at most 5x the CPU time per op, the training step at most 1.25x.
 
-    python benchmarks/eager_overhead.py              # neuron vs cpu
-    python benchmarks/eager_overhead.py --device cpu --quick
+    python benchmarks/eager_overhead.py                        # publishes to docs/benchmarks
+    python benchmarks/eager_overhead.py --quick --out /tmp/b   # smoke test
 """
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import math
 import multiprocessing
@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+import results
 from torch_neuronx.testing.tiny_gpt import training_step
 
 SMALL_OP_TARGET = 5.0
@@ -115,39 +116,35 @@ def verdict(ratio: float, target: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="neuron", help="device to measure (default: neuron)")
+    parser = results.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
     args = parser.parse_args()
     launches, repeats = (50, 3) if args.quick else (200, 15)
     warmup_steps, train_steps = (2, 5) if args.quick else (5, 20)
-    name = args.device
-
-    print(f"(a) small-op latency: median of {repeats} x ({launches} launches + 1 sync), per op")
-    header = f"{'op':<16} | {f'{name} us':>10} | {'cpu us':>8} | {f'{name}/cpu':>10}"
-    print(header)
-    print("-" * len(header))
     cpu_ops, t_cpu_step = measure_cpu_apart(launches, repeats, warmup_steps, train_steps)
-    device_ops, t_dev_step = measure(args.device, launches, repeats, warmup_steps, train_steps)
-    ratios = []
-    for op_name, t_dev in device_ops.items():
-        t_cpu = cpu_ops[op_name]
-        ratios.append(t_dev / t_cpu)
-        print(f"{op_name:<16} | {t_dev * 1e6:>10.1f} | {t_cpu * 1e6:>8.1f} | {ratios[-1]:>9.2f}x")
-    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
-    worst = max(ratios)
-    print(f"geometric mean {geomean:.2f}x (target <= {SMALL_OP_TARGET:g}x), max {worst:.2f}x")
-
-    print(f"\n(b) TinyGPT training step (fwd+bwd+AdamW, batch 8 x 64): median of {train_steps} "
-          f"steps after {warmup_steps} warm-up")
+    device_ops, t_dev_step = measure("neuron", launches, repeats, warmup_steps, train_steps)
+    ratios = {name: t / cpu_ops[name] for name, t in device_ops.items()}
+    geomean = math.exp(statistics.fmean(math.log(r) for r in ratios.values()))
+    worst = max(ratios, key=ratios.get)
     step_ratio = t_dev_step / t_cpu_step
-    print(f"{name}: {t_dev_step * 1e3:.2f} ms   cpu: {t_cpu_step * 1e3:.2f} ms   "
-          f"ratio {step_ratio:.2f}x (target <= {TRAIN_STEP_TARGET:g}x)")
-
-    print(f"\nSUMMARY {name}/cpu: small ops geomean {geomean:.2f}x (max {worst:.2f}x), "
-          f"target <= {SMALL_OP_TARGET:g}x for every op: {verdict(worst, SMALL_OP_TARGET)}; "
-          f"training step {step_ratio:.2f}x, target <= {TRAIN_STEP_TARGET:g}x: "
-          f"{verdict(step_ratio, TRAIN_STEP_TARGET)}")
+    ops = results.Table(
+        f"(a) Small-tensor operators: median of {repeats} x ({launches} launches + 1 synchronize), per launch",
+        ["op", "neuron µs", "cpu µs", "neuron/cpu"],
+        [[name, f"{t * 1e6:.1f}", f"{cpu_ops[name] * 1e6:.1f}", f"{ratios[name]:.2f}x"]
+         for name, t in device_ops.items()]
+        + [["**geometric mean**", "", "", f"{geomean:.2f}x"],
+           [f"**worst** (target ≤ {SMALL_OP_TARGET:g}x: {verdict(ratios[worst], SMALL_OP_TARGET)})",
+            "", "", f"{ratios[worst]:.2f}x ({worst})"]])
+    step = results.Table(
+        f"(b) TinyGPT training step (forward, backward, AdamW; batch 8 x 64): median of {train_steps} "
+        f"steps after {warmup_steps} warm-up",
+        ["neuron ms", "cpu ms", "neuron/cpu", f"target ≤ {TRAIN_STEP_TARGET:g}x"],
+        [[f"{t_dev_step * 1e3:.2f}", f"{t_cpu_step * 1e3:.2f}", f"{step_ratio:.2f}x",
+          verdict(step_ratio, TRAIN_STEP_TARGET)]])
+    print(results.render([ops, step]))
+    results.publish(__file__, [ops, step], {
+        "small_op_geomean": f"{geomean:.2f}x", "small_op_worst": f"{ratios[worst]:.2f}x ({worst})",
+        "train_step_ratio": f"{step_ratio:.2f}x"}, args.out)
 
 
 if __name__ == "__main__":

@@ -5,23 +5,21 @@ the simulator's measured wall time (median of --repeat runs), the slowdown (wall
 and the simulation throughput in simulated FLOPs and tensor elements (inputs + outputs) per
 wall-clock second, with default rounding and with fp32_compute=True.
 
-    python benchmarks/nki_simulation.py [--repeat 3] [--quick]
+    python benchmarks/nki_simulation.py [--repeat 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-
-import nki  # noqa: E402
-from nki.kernels import flash_attention_fwd, matmul, rmsnorm, softmax  # noqa: E402
+import nki
+import results
+from nki.kernels import flash_attention_fwd, matmul, rmsnorm, softmax
 
 BF16 = ml_dtypes.bfloat16
 
@@ -53,22 +51,25 @@ def measure(kernel: Any, args: tuple, repeat: int, fp32_compute: bool) -> tuple[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = results.parser(__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     opts = parser.parse_args()
-    print(f"{'workload':<34} {'instr':>6} {'est. device us':>15} {'sim wall ms':>12} "
-          f"{'slowdown':>9} {'GFLOP/s sim':>12} {'Melem/s sim':>12} {'wall ms fp32c':>14}")
+    rows = []
     for label, kernel, args in workloads(opts.quick):
         wall, (out, report) = measure(kernel, args, opts.repeat, False)
         wall_fast, _ = measure(kernel, args, opts.repeat, True)
         elements = sum(a.size for a in args if isinstance(a, np.ndarray)) + out.size
-        print(f"{label:<34} {report.instruction_count:>6} {report.estimated_seconds * 1e6:>15.2f} "
-              f"{wall * 1e3:>12.2f} {wall / report.estimated_seconds:>9.0f} "
-              f"{report.flops / wall / 1e9:>12.2f} {elements / wall / 1e6:>12.2f} "
-              f"{wall_fast * 1e3:>14.2f}")
-    print("est. device us = cost-model ESTIMATE (busiest engine); sim wall = simulator wall time "
-          "(median); fp32c = nki.simulate(..., fp32_compute=True)")
+        rows.append([label, str(report.instruction_count), f"{report.estimated_seconds * 1e6:.1f}",
+                     f"{wall * 1e3:.1f}", f"{wall / report.estimated_seconds:.0f}",
+                     f"{report.flops / wall / 1e9:.2f}", f"{elements / wall / 1e6:.0f}", f"{wall_fast * 1e3:.1f}"])
+    table = results.Table(
+        f"Simulator wall time (median of {opts.repeat}) next to the cost model's ESTIMATED device "
+        "time (busiest engine); fp32c = nki.simulate(..., fp32_compute=True)",
+        ["workload", "instructions", "estimated µs", "simulator wall ms", "wall / estimate",
+         "simulated GFLOP/s", "Melem/s", "wall ms fp32c"], rows)
+    print(results.render([table]))
+    results.publish(__file__, [table], {}, opts.out)
 
 
 if __name__ == "__main__":

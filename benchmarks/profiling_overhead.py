@@ -9,11 +9,10 @@ on CPU tensors for reference: that ratio is PyTorch's own operator recording, wh
 side pays too. The export (trace + Parquet tables) happens after the session and is timed
 separately. Target: profiled/plain at most 1.10 on the device.
 
-    python benchmarks/profiling_overhead.py [--quick]
+    python benchmarks/profiling_overhead.py [--quick] [--out DIR]
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -21,6 +20,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+import results
 from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
 from torch_neuronx.testing.tiny_gpt import training_step
 
@@ -54,30 +54,31 @@ def measure(device: torch.device, activities: list[ProfilerActivity], modes: lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = results.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer steps (smoke test)")
     args = parser.parse_args()
     rounds, steps = (2, 3) if args.quick else (7, 8)
-    print(f"TinyGPT training step, median of {rounds} x {steps} steps per side (ms)")
     cpu, neuron = ProfilerActivity.CPU, ProfilerActivity.PrivateUse1
     default = [ProfileMode.DEVICE, ProfileMode.RUNTIME]
     # "CPU only" isolates PyTorch's operator recording from the device activity.
     cases = [("neuron", "CPU+NEURON", default), ("neuron", "CPU+NEURON", []),
              ("neuron", "CPU+NEURON", list(ProfileMode)), ("neuron", "CPU only", default), ("cpu", "CPU", default)]
-    print(f"{'device':<7} | {'activities':<10} | {'modes':<36} | {'plain':>7} | {'profiled':>8} | {'ratio':>5} | "
-          f"{'export s':>8}")
-    ratios = []
+    rows, ratios = [], []
     with tempfile.TemporaryDirectory() as out_dir:
         for name, label, modes in cases:
             activities = [cpu, neuron] if label == "CPU+NEURON" else [cpu]
             plain, prof, export = measure(torch.device(name), activities, modes, rounds, steps, out_dir)
             ratios.append(prof / plain)
-            mode_names = ",".join(m.name for m in modes) or "none"
-            print(f"{name:<7} | {label:<10} | {mode_names:<36} | {plain * 1e3:>7.2f} | {prof * 1e3:>8.2f} | "
-                  f"{prof / plain:>5.2f} | {export:>8.2f}")
-    ratio = ratios[0]
-    print(f"neuron profiling overhead (default modes) {100 * (ratio - 1):+.1f}% "
-          f"({'meets' if ratio <= TARGET else 'MISSES'} the {100 * (TARGET - 1):.0f}% target)")
+            rows.append([name, label, ", ".join(m.name for m in modes) or "none", f"{plain * 1e3:.2f}",
+                         f"{prof * 1e3:.2f}", f"{prof / plain:.2f}", f"{export:.2f}"])
+    overhead = f"{100 * (ratios[0] - 1):+.1f}%"
+    table = results.Table(
+        f"TinyGPT training step, median of {rounds} rounds x {steps} steps per side; default-mode "
+        f"overhead on neuron {overhead} (target under {100 * (TARGET - 1):.0f}%: "
+        f"{'met' if ratios[0] <= TARGET else 'MISSED'})",
+        ["device", "activities", "modes", "plain ms", "profiled ms", "ratio", "export s"], rows)
+    print(results.render([table]))
+    results.publish(__file__, [table], {"default_overhead": overhead}, args.out)
 
 
 if __name__ == "__main__":

@@ -3,19 +3,18 @@ loop of Stream() calls, side by side in one process, against the same operators 
 
 Streams come from a pool of 32 per device and priority (as CUDA's), so the queue that every
 launch and synchronization scans stays the same size however many Stream() objects a program
-makes; without the pool each call added a stream for good (2,000 adds: 20.6 ms, then 355 ms
-after 20,000 calls).
+makes; without the pool each call added a stream for good, which every later launch scanned.
 
-    python benchmarks/stream_pool.py [--adds 2000] [--streams 20000] [--repeats 5]
+    python benchmarks/stream_pool.py [--adds 2000] [--streams 20000] [--repeats 5] [--out DIR]
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
 
+import results
 import torch_neuronx  # noqa: F401  (registers the device)
 
 
@@ -34,7 +33,7 @@ def adds_ms(device: str, adds: int, repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = results.parser(__doc__)
     parser.add_argument("--adds", type=int, default=2000)
     parser.add_argument("--streams", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=5)
@@ -46,9 +45,14 @@ def main() -> None:
         torch.neuron.Stream()
     create_us = (time.perf_counter() - start) / args.streams * 1e6
     after = adds_ms("neuron", args.adds, args.repeats)
-    print(f"{args.adds} adds: cpu {cpu:.1f} ms, neuron {before:.1f} ms ({before / cpu:.1f}x cpu); "
-          f"after {args.streams} Stream() calls ({create_us:.1f} us each): neuron {after:.1f} ms "
-          f"({after / before:.2f}x before)")
+    table = results.Table(
+        f"{args.adds:,} small in-place adds + synchronize, median of {args.repeats}, before and after "
+        f"{args.streams:,} torch.neuron.Stream() calls",
+        ["cpu ms", "neuron ms", "neuron/cpu", "Stream() µs each", "neuron ms after", "after/before"],
+        [[f"{cpu:.1f}", f"{before:.1f}", f"{before / cpu:.1f}x", f"{create_us:.1f}", f"{after:.1f}",
+          f"{after / before:.2f}x"]])
+    print(results.render([table]))
+    results.publish(__file__, [table], {"after_over_before": f"{after / before:.2f}x"}, args.out)
 
 
 if __name__ == "__main__":

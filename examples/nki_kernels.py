@@ -14,7 +14,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-
 import nki  # noqa: E402
 from nki.kernels import flash_attention_fwd, matmul, rmsnorm, softmax  # noqa: E402
 

@@ -7,9 +7,9 @@
     nki.simulate(kernel)(x, out)        # or kernel(x, out) / kernel[grid](x, out)
     nki.simulator.last_report()         # estimated engine times of that run
 """
-from . import isa, language, runtime, simulator
+from . import isa, language, launchers, simulator
 from .errors import NKIError
 from .jit import Kernel, jit, simulate, simulate_kernel
 
 __all__ = ["jit", "simulate", "simulate_kernel", "Kernel", "NKIError", "language", "isa",
-           "simulator", "runtime"]
+           "simulator", "launchers"]

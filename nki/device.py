@@ -24,7 +24,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch_neuronx import _C
 from torch_neuronx.runtime.devices import DEVICE_TYPE
 
-from . import runtime, simulator
+from . import launchers, simulator
 from .jit import numpy_dtype, to_numpy, torch_dtype
 
 # Storages (data pointers) the kernels of the running nki_op must not write: its inputs.
@@ -165,7 +165,7 @@ def _fill(result: Any, outputs: Any) -> None:
 
 
 def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any:
-    """The neuron device's launcher (``nki.runtime.device_launchers``): run ``kernel`` on the core
+    """The neuron device's launcher (``nki.launchers.device_launchers``): run ``kernel`` on the core
     of its neuron tensors."""
     names = list(kwargs)
     flat = [*args, *kwargs.values()]
@@ -202,9 +202,9 @@ def launch(kernel: Any, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any
             _fill(result, outputs)
 
     if outputs is not None:
-        _C._launch_python_kernel(index, body, name, False)
+        _C._launch_python_kernel(index, body, name, wait=False)
         return outputs
-    _C._launch_python_kernel(index, body, name, True)
+    _C._launch_python_kernel(index, body, name, wait=True)
     spec, result = recorded
     _remember_result(kernel, key, spec)
     outputs = _materialize(spec, flat, device)
@@ -234,4 +234,4 @@ def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tup
     return spec
 
 
-runtime.device_launchers[DEVICE_TYPE] = launch  # importing this module makes neuron tensors run on the device
+launchers.device_launchers[DEVICE_TYPE] = launch  # importing this module makes neuron tensors run on the device

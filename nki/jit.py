@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import functools
-from importlib import import_module
 import sys
+from importlib import import_module
 from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
 
-from . import runtime
+from . import launchers
 from .simulator import engine
 
 _TORCH_TO_ML = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -20,7 +20,7 @@ class Kernel:
     """A kernel function; call it (or `kernel[grid](...)`) to run it.
 
     CPU torch tensors and numpy arrays run on the simulator, in place; if any argument is a torch
-    tensor on another device the call is delegated to that device's launcher (`nki.runtime.device_launchers`).
+    tensor on another device the call is delegated to that device's launcher (`nki.launchers.device_launchers`).
     """
 
     def __init__(self, func: Callable[..., Any], **options: Any) -> None:
@@ -80,13 +80,13 @@ def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) ->
         return import_module("nki.device").fake_launch(kernel, args, kwargs, grid)
     device = _foreign_device(list(args) + list(kwargs.values()))
     if device is not None:
-        if device.type not in runtime.device_launchers:
+        if device.type not in launchers.device_launchers:
             import_module("nki.device")  # the kernel language's device binding registers its launcher
-        launcher = runtime.device_launchers.get(device.type)
+        launcher = launchers.device_launchers.get(device.type)
         if launcher is None:
             raise RuntimeError(f"kernel called with {device} tensors but no launcher is registered for "
                                f"'{device.type}' devices (kernels run on the CPU and on "
-                               f"{sorted(runtime.device_launchers)} devices)")
+                               f"{sorted(launchers.device_launchers)} devices)")
         return launcher(kernel, args, kwargs, grid)
     np_args = [to_numpy(a) for a in args]
     np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}

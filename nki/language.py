@@ -5,8 +5,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .dtypes import (as_dtype, bfloat16, bool_, float8_e4m3, float8_e4m3fn, float8_e5m2,  # noqa: F401
-                     float16, float32, int8, int16, int32, uint8, uint16, uint32)
+from .dtypes import (  # noqa: F401
+    as_dtype,
+    bfloat16,
+    bool_,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e5m2,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    uint8,
+    uint16,
+    uint32,
+)
 from .errors import NKIError
 from .simulator import instructions as _ins
 from .simulator.context import current

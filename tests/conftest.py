@@ -11,13 +11,13 @@ import helpers  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _neff_cache_in_a_temp_dir(tmp_path_factory):
+def _compile_cache_in_a_temp_dir(tmp_path_factory):
     """Compiled executables go to a per-session directory, not the user's cache, unless
     TORCH_NEURONX_NEFF_CACHE_DIR is set (subprocesses inherit the variable)."""
     if os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR"):
         yield
         return
-    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("neff_cache"))
+    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile_cache"))
     yield
     del os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]
 

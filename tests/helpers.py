@@ -153,7 +153,7 @@ def check_grad_twice(fn, *cpu_args, atol=None, rtol=None, check_stride=True, see
         assert_same(out, dout, atol=atol, rtol=rtol, check_stride=check_stride)
         assert_same(cpu_grads, dgrads, atol=atol, rtol=rtol, check_stride=check_stride)
     sync()
-    for dout, dgrads in results:
+    for _dout, dgrads in results:
         assert_same(cpu_grads, dgrads, atol=atol, rtol=rtol, check_stride=check_stride)
     return out, cpu_grads, results
 
@@ -186,7 +186,7 @@ class HeldQueue:
         self.gate = threading.Event()
         self.timer = threading.Timer(timeout, self.gate.set)
         self.timer.start()
-        torch_neuronx._C._launch_python_kernel(device, self.gate.wait, "test gate", False)
+        torch_neuronx._C._launch_python_kernel(device, self.gate.wait, "test gate", wait=False)
 
     @property
     def released_by_timer(self) -> bool:

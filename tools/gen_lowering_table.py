@@ -325,7 +325,7 @@ _BOOL_INDEX_OPS = ("aten::index.Tensor", "aten::index.Tensor_out")
 # overload has a static shape; histogram/_histogramdd_* have no meta kernel but
 # their shapes follow from `bins`, so they stay async.
 def _mode(ov: torch._ops.OpOverload) -> str:
-    name, packet = ov.name(), ov._schema.name.removeprefix("aten::")
+    name = ov.name()
     if name in _BOOL_INDEX_OPS:
         return "async"
     # LAPACK kernels raise on data (not positive-definite, no convergence, rank-deficient gels):

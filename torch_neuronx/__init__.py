@@ -14,14 +14,13 @@ def _autoload() -> None:
 
 
 import atexit  # noqa: E402
-import os  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C
-from . import runtime
-from .runtime.devices import DEVICE_TYPE
-from .runtime.topology import env_flag as _env_flag, from_env_or_unavailable as _topology_from_env
+from . import _C, runtime  # noqa: E402
+from .runtime.devices import DEVICE_TYPE  # noqa: E402
+from .runtime.topology import from_env_or_unavailable as _topology_from_env  # noqa: E402
 
 runtime.configure(_topology_from_env())
 torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
@@ -34,8 +33,8 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
 torch.set_autocast_dtype(DEVICE_TYPE, torch.bfloat16)
 # The thread that first uses a neuron device runs backward on itself rather than on autograd's
-# device thread (csrc/shim/device.cpp); TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS=1 keeps them.
-_C._set_calling_thread_backward(not _env_flag(os.environ, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS"))
+# device thread (csrc/shim/device.cpp); TORCH_NEURONX_SIM_CONF=autograd_device_threads:1 keeps them.
+_C._set_calling_thread_backward(not runtime.current_topology().autograd_device_threads)
 
 from .ops import registration as _registration  # noqa: E402
 
@@ -43,18 +42,18 @@ _registration.register_lowerings()
 _registration.apply_policies_from_env()
 
 # Scripts written for the published backend call the device functions on torch_neuronx itself.
-from .neuron import *  # noqa: E402,F401,F403
-from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
-from .ops.registration import set_strict_fallback  # noqa: E402
 from . import utils  # noqa: E402
+from .neuron import *  # noqa: E402,F401,F403
+from .ops.registration import set_strict_fallback  # noqa: E402
+from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 
-__all__ = [
+__all__ = [  # noqa: F405  (nki_op comes from the module __getattr__ below, not from the star import)
     *neuron.__all__, "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
     "set_strict_fallback", "nki_op", "get_dynamo_metrics", "reset_dynamo_metrics", "utils",
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # nki_op belongs to the kernel-language layer above this package; import it on first use.
     if name == "nki_op":
         from nki.custom_op import nki_op

@@ -21,7 +21,7 @@ std::atomic<WorkerStart> worker_start{nullptr};
 thread_local bool tls_worker = false;
 thread_local int tls_executing = -1;  // the core whose kernel this thread is executing
 thread_local const LaunchInfo* tls_executing_info = nullptr;
-}
+}  // namespace
 
 bool on_worker_thread() { return tls_worker; }
 
@@ -152,9 +152,7 @@ int HardwareQueue::pick_locked() const {
       continue;
     }
     const Stream& b = streams_[best];
-    if (s.priority < b.priority ||
-        (s.priority == b.priority && head.seq < b.items.front().seq))
-      best = i;
+    if (s.priority < b.priority || (s.priority == b.priority && head.seq < b.items.front().seq)) best = i;
   }
   return best;
 }
@@ -176,15 +174,12 @@ void HardwareQueue::store_error(const LaunchInfo& info, const std::shared_ptr<st
   std::lock_guard<std::mutex> lock(error_mu_);
   if (error_) return;  // the earliest error wins
   std::ostringstream msg;
-  msg << "neuron:" << device_ << ": device kernel '" << info.name
-      << "' failed: " << what
+  msg << "neuron:" << device_ << ": device kernel '" << info.name << "' failed: " << what
       << "\nDevice errors are reported at the next synchronization point, so the Python line "
          "above may not be the one that launched the kernel. Set NEURON_LAUNCH_BLOCKING=1 to "
          "raise at the launching operation";
-  if (info.launch_stack.empty())
-    msg << ", or TORCH_NEURONX_ENABLE_STACK_TRACE=1 to record the launching Python stack.";
-  else
-    msg << ".\nKernel launched from (most recent call last):\n" << info.launch_stack;
+  if (info.launch_stack.empty()) msg << ", or TORCH_NEURONX_ENABLE_STACK_TRACE=1 to record the launching Python stack.";
+  else msg << ".\nKernel launched from (most recent call last):\n" << info.launch_stack;
   error_ = msg.str();
 }
 
@@ -221,8 +216,7 @@ void HardwareQueue::run() {
         const uint64_t seen = generation_;
         lock.unlock();
         const Nanos until = now_ns() + kSpinNs;
-        while (generation_.load(std::memory_order_acquire) == seen && now_ns() < until)
-          std::this_thread::yield();
+        while (generation_.load(std::memory_order_acquire) == seen && now_ns() < until) std::this_thread::yield();
         lock.lock();
         sleeping_ = true;
         work_cv_.wait(lock, [&] { return stop_ || pick_locked() >= 0 || (release_requested_ && worker_warm_); });
@@ -299,8 +293,8 @@ uint64_t HardwareQueue::begin_inline(int stream, HostWork work) {
   return next_seq_++;
 }
 
-void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<void()>& fn,
-                                  const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture) {
+void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<void()>& fn, const LaunchInfo& info,
+                                  const std::shared_ptr<std::exception_ptr>& capture) {
   execute(stream, fn, info, capture);
   bool wake, notify;
   {

@@ -52,8 +52,7 @@ struct LaunchInfo {
 
 // Called on a worker after each kernel with its execution interval; set only while a
 // profiler records, so kernels are not timed otherwise.
-using KernelObserver = void (*)(int device, int stream, const LaunchInfo& info, Nanos start,
-                                Nanos end);
+using KernelObserver = void (*)(int device, int stream, const LaunchInfo& info, Nanos start, Nanos end);
 void set_kernel_observer(KernelObserver observer);
 
 // Whether the calling thread is a core's worker (the thread that executes kernels).

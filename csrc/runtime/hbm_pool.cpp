@@ -57,9 +57,7 @@ void PoolStat::reset_accumulated() {
   for (Stat* s : {&all, &small_pool, &large_pool}) s->reset_accumulated();
 }
 
-size_t HbmPool::round_size(size_t nbytes) {
-  return ((nbytes + kMinBlock - 1) / kMinBlock) * kMinBlock;
-}
+size_t HbmPool::round_size(size_t nbytes) { return ((nbytes + kMinBlock - 1) / kMinBlock) * kMinBlock; }
 
 HbmPool::~HbmPool() {
   // Process teardown: tensors may still hold blocks; return what is cached and leak the rest
@@ -69,7 +67,7 @@ HbmPool::~HbmPool() {
 }
 
 std::map<std::pair<size_t, uintptr_t>, Block*>::iterator HbmPool::reusable_locked(size_t size, size_t limit,
-                                                                                 int stream) {
+                                                                                  int stream) {
   std::vector<StreamPosition> at;  // asked for once, when a candidate has pending users
   for (auto it = cached_.lower_bound({size, 0}); it != cached_.end() && it->first.first <= limit; ++it) {
     const Block& block = *it->second;
@@ -91,22 +89,19 @@ Block* HbmPool::allocate(size_t nbytes, int stream, bool may_wait) {
     block = it->second;
     cached_.erase(it);
   } else {
-    if (stats_.reserved_bytes.all.current + static_cast<int64_t>(size) >
-        static_cast<int64_t>(capacity_)) {
+    if (stats_.reserved_bytes.all.current + static_cast<int64_t>(size) > static_cast<int64_t>(capacity_)) {
       stats_.num_alloc_retries++;
       release_cached_locked();
     }
     void* ptr = nullptr;
-    const bool fits = stats_.reserved_bytes.all.current + static_cast<int64_t>(size) <=
-                      static_cast<int64_t>(capacity_);
+    const bool fits = stats_.reserved_bytes.all.current + static_cast<int64_t>(size) <= static_cast<int64_t>(capacity_);
     if (!fits && may_wait && !cached_.empty()) return nullptr;  // what is left is still in use
     if (!fits || posix_memalign(&ptr, kAlignment, size) != 0) {
       stats_.num_ooms++;
       std::ostringstream msg;
-      msg << "neuron:" << device_ << " is out of memory: tried to allocate " << mib(size)
-          << " (" << size << " bytes); " << mib(stats_.allocated_bytes.all.current)
-          << " allocated, " << mib(stats_.reserved_bytes.all.current) << " reserved, capacity "
-          << mib(capacity_) << (fits ? " (host memory exhausted)" : "")
+      msg << "neuron:" << device_ << " is out of memory: tried to allocate " << mib(size) << " (" << size << " bytes); "
+          << mib(stats_.allocated_bytes.all.current) << " allocated, " << mib(stats_.reserved_bytes.all.current)
+          << " reserved, capacity " << mib(capacity_) << (fits ? " (host memory exhausted)" : "")
           << ". Free tensors you no longer need, use a smaller batch, or spread the model"
              " over more cores.";
       throw OutOfMemory(msg.str());
@@ -195,7 +190,7 @@ PoolStats HbmPool::stats() const {
 }
 
 std::array<PoolStat*, 7> HbmPool::all_stats_locked() {
-  return {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.allocated_bytes,
+  return {&stats_.allocation,     &stats_.segment,      &stats_.active,         &stats_.allocated_bytes,
           &stats_.reserved_bytes, &stats_.active_bytes, &stats_.requested_bytes};
 }
 

@@ -41,8 +41,7 @@ struct PoolStat {
 };
 
 struct PoolStats {
-  PoolStat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
-      requested_bytes;
+  PoolStat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes, requested_bytes;
   int64_t num_alloc_retries = 0, num_ooms = 0, num_device_alloc = 0, num_device_free = 0;
 };
 

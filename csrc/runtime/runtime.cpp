@@ -13,11 +13,7 @@ Runtime& Runtime::get() {
   return *runtime;
 }
 
-Runtime::Runtime() {
-  topology_.visible_cores = {0, 1, 2, 3};
-  topology_.hbm_bytes_per_core = size_t(24) << 30;
-  pthread_atfork(nullptr, nullptr, &Runtime::on_fork_child);
-}
+Runtime::Runtime() { pthread_atfork(nullptr, nullptr, &Runtime::on_fork_child); }
 
 void Runtime::on_fork_child() {
   Runtime& rt = get();

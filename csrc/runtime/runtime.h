@@ -1,6 +1,7 @@
-// The simulated NeuronCore runtime: topology, and per visible core an HBM pool and a
-// hardware queue. This is the boundary a hardware runtime would replace; it knows nothing
-// about PyTorch operators.
+// The simulated NeuronCore runtime's API, the one header its users include: topology, per
+// visible core an HBM pool and a hardware queue (launch, streams, events, deferred errors), and
+// fault injection. This is the boundary a hardware runtime would replace; it knows nothing
+// about PyTorch.
 #pragma once
 
 #include <atomic>
@@ -8,14 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "faults.h"
 #include "hardware_queue.h"
 #include "hbm_pool.h"
 
 namespace neuron_rt {
 
+// What configure() sets. No chip facts here: the Python layer derives them
+// (torch_neuronx/runtime/chips.py, topology.py); before configure() there are no cores.
 struct Topology {
-  std::string generation = "trn2";     // chip generation being simulated
-  int logical_nc_config = 2;           // physical cores per logical core
+  std::string generation;              // chip generation being simulated
+  int logical_nc_config = 1;           // physical cores per logical core
   int num_chips = 1;
   std::vector<int> visible_cores;      // physical logical-core ids, one per neuron:N
   size_t hbm_bytes_per_core = 0;       // capacity of each core's pool
@@ -27,8 +31,7 @@ struct Topology {
 // One visible logical NeuronCore (`neuron:N`).
 struct Core {
   Core(int index, const Topology& topology)
-      : pool(index, topology.hbm_bytes_per_core),
-        queue(index, topology.max_inflight, topology.inline_kernels) {
+      : pool(index, topology.hbm_bytes_per_core), queue(index, topology.max_inflight, topology.inline_kernels) {
     pool.set_progress(&queue);
   }
   HbmPool pool;
@@ -52,12 +55,14 @@ class Runtime {
   void check_index(int index) const;
 
   void notify_all_queues();
+  FaultInjector& faults() { return faults_; }
 
  private:
   Runtime();
   static void on_fork_child();
 
   Topology topology_;
+  FaultInjector faults_;
   std::mutex mu_;
   static constexpr int kMaxCores = 128;
   std::atomic<Core*> cores_[kMaxCores] = {};  // created on first use, never destroyed

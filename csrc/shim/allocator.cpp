@@ -63,9 +63,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 
   bool initialized() override { return neuron_rt::Runtime::get().is_initialized(); }
 

@@ -32,8 +32,8 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (nested) return static_cast<int64_t>(at::SDPBackend::math);
   std::optional<at::Tensor> mask;
   if (attn_mask && attn_mask->defined()) mask = metadata_only(*attn_mask);
-  return at::_fused_sdp_choice(metadata_only(query), metadata_only(key), metadata_only(value), mask,
-                               dropout_p, is_causal, scale, enable_gqa);
+  return at::_fused_sdp_choice(metadata_only(query), metadata_only(key), metadata_only(value), mask, dropout_p,
+                               is_causal, scale, enable_gqa);
 }
 
 }  // namespace

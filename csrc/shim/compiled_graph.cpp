@@ -64,8 +64,8 @@ PyObject* graph_allocate(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     TORCH_CHECK(buffer.scalar_type() == dtype && buffer.sizes() == c10::IntArrayRef(size) &&
                     buffer.strides() == c10::IntArrayRef(stride),
                 "compiled graph: allocation ", state->count, " is ", c10::IntArrayRef(size), ", ",
-                c10::IntArrayRef(stride), ", ", dtype, ", but its first call made it ", buffer.sizes(),
-                ", ", buffer.strides(), ", ", buffer.scalar_type());
+                c10::IntArrayRef(stride), ", ", dtype, ", but its first call made it ", buffer.sizes(), ", ",
+                buffer.strides(), ", ", buffer.scalar_type());
   } else {
     buffer = at::detail::empty_strided_cpu(size, stride, dtype);
   }
@@ -175,8 +175,7 @@ class CompiledGraph {
   CompiledGraph(py::object compiled, std::string name, std::vector<at::Tensor> buffer_specs,
                 std::vector<Output> outputs, const std::map<int, int>& buffer_of_allocation,
                 std::vector<std::pair<int, int>> copies)
-      : code_(std::make_shared<Code>(std::move(compiled), std::move(name), buffer_of_allocation,
-                                     std::move(copies))),
+      : code_(std::make_shared<Code>(std::move(compiled), std::move(name), buffer_of_allocation, std::move(copies))),
         buffer_specs_(std::move(buffer_specs)),
         outputs_(std::move(outputs)) {}
 
@@ -268,15 +267,13 @@ class CompiledGraph {
       tensors.insert(tensors.end(), buffers.begin(), buffers.end());
       const std::vector<at::Tensor> aliases = aliases_.of(tensors);
       py::list hosts(n);
-      for (size_t i = 0; i < n; ++i)
-        hosts[i] = tensors[i].defined() ? py::cast(aliases[i]) : inputs[i];
+      for (size_t i = 0; i < n; ++i) hosts[i] = tensors[i].defined() ? py::cast(aliases[i]) : inputs[i];
       std::vector<at::Tensor> given(buffer_of_allocation_.size());
       for (size_t k = 0; k < given.size(); ++k)
         if (buffer_of_allocation_[k] >= 0) given[k] = aliases[n + buffer_of_allocation_[k]];
       GraphAllocations allocations{given};
       const py::object results = run_generated(compiled.object, std::move(hosts), allocations);
-      for (const auto& [i, b] : copies)
-        aliases[n + b].copy_(THPVariable_Unpack(py::sequence(results)[i].ptr()));
+      for (const auto& [i, b] : copies) aliases[n + b].copy_(THPVariable_Unpack(py::sequence(results)[i].ptr()));
     }
 
     KernelObject compiled;
@@ -314,15 +311,17 @@ py::tuple record(const py::object& compiled, const py::list& hosts) {
   return py::make_tuple(results, py::cast(made));
 }
 
-PyMethodDef allocate_def = {"_graph_allocate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(graph_allocate)),
-                            METH_FASTCALL, "empty_strided_cpu of compiled graphs running on a neuron core"};
+PyMethodDef allocate_def = {"_graph_allocate",
+                            reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(graph_allocate)), METH_FASTCALL,
+                            "empty_strided_cpu of compiled graphs running on a neuron core"};
 
 }  // namespace
 
 void bind_compiled_graph(py::module_& m) {
   py::class_<View>(m, "_OutputView")
-      .def(py::init([](std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset,
-                       at::ScalarType dtype) { return View{std::move(sizes), std::move(strides), offset, dtype}; }),
+      .def(py::init([](std::vector<int64_t> sizes, std::vector<int64_t> strides, int64_t offset, at::ScalarType dtype) {
+    return View{std::move(sizes), std::move(strides), offset, dtype};
+  }),
            py::kw_only(), py::arg("sizes"), py::arg("strides"), py::arg("offset"), py::arg("dtype"));
   py::class_<Output> output(m, "_GraphOutput");
   py::enum_<Output::Source>(output, "Source")
@@ -330,19 +329,18 @@ void bind_compiled_graph(py::module_& m) {
       .value("input", Output::kInput)
       .value("value", Output::kValue);
   output.def(py::init([](Output::Source source, int index, std::optional<View> view, py::object value) {
-               return Output{source, index, std::move(view), std::move(value)};
-             }),
+    return Output{source, index, std::move(view), std::move(value)};
+  }),
              py::kw_only(), py::arg("source"), py::arg("index") = 0, py::arg("view") = py::none(),
              py::arg("value") = py::none());
   py::class_<CompiledGraph>(m, "_CompiledGraph")
-      .def(py::init<py::object, std::string, std::vector<at::Tensor>, std::vector<Output>,
-                    const std::map<int, int>&, std::vector<std::pair<int, int>>>())
+      .def(py::init<py::object, std::string, std::vector<at::Tensor>, std::vector<Output>, const std::map<int, int>&,
+                    std::vector<std::pair<int, int>>>())
       .def("make", [](const CompiledGraph& g, const py::list& inputs, int device) {
-        auto [outputs, buffers] = g.make(inputs, device);
-        for (at::Tensor& b : buffers) b = snapshot(b);  // for a queued kernel (see call)
-        return py::make_tuple(outputs, py::cast(buffers));
-      })
-      .def("call_boxed", &CompiledGraph::call_boxed);
+    auto [outputs, buffers] = g.make(inputs, device);
+    for (at::Tensor& b : buffers) b = snapshot(b);  // for a queued kernel (see call)
+    return py::make_tuple(outputs, py::cast(buffers));
+  }).def("call_boxed", &CompiledGraph::call_boxed);
   m.def("_record_compiled_graph", &record);
   m.def("_host_aliases", [](const py::list& values) {
     HostAliases alias;

@@ -37,11 +37,16 @@ auto translate_runtime_errors(F&& f) -> decltype(f()) {
 }  // namespace
 
 void check_supported_dtype(c10::ScalarType dtype, const std::string& op) {
-  TORCH_CHECK_TYPE(!c10::isComplexType(dtype), op, ": the neuron device does not support complex "
-                   "dtypes (got ", dtype, "). Keep complex tensors on the CPU, or represent them "
+  TORCH_CHECK_TYPE(!c10::isComplexType(dtype), op,
+                   ": the neuron device does not support complex "
+                   "dtypes (got ",
+                   dtype,
+                   "). Keep complex tensors on the CPU, or represent them "
                    "as real tensors with a trailing dimension of 2.");
-  TORCH_CHECK_TYPE(!c10::isQIntType(dtype), op, ": the neuron device does not support quantized "
-                   "dtypes (got ", dtype, "). Keep quantized tensors on the CPU.");
+  TORCH_CHECK_TYPE(!c10::isQIntType(dtype), op,
+                   ": the neuron device does not support quantized "
+                   "dtypes (got ",
+                   dtype, "). Keep quantized tensors on the CPU.");
 }
 
 c10::DeviceIndex current_device() { return tls_device; }
@@ -65,8 +70,7 @@ void set_current_stream(const c10::Stream& stream) {
 void set_calling_thread_backward(bool enabled) { calling_thread_backward = enabled; }
 
 neuron_rt::Core& core(c10::DeviceIndex index) {
-  auto& c = translate_runtime_errors(
-      [&]() -> neuron_rt::Core& { return neuron_rt::Runtime::get().core(index); });
+  auto& c = translate_runtime_errors([&]() -> neuron_rt::Core& { return neuron_rt::Runtime::get().core(index); });
   // The autograd engine hands the backward of every non-CPU device to a thread per device; our
   // kernels are queued to the core's worker anyway, so that thread only adds two hand-offs per
   // backward node (docs/architecture.md). The thread that first uses a neuron device runs
@@ -96,9 +100,9 @@ struct WorkerWarnings final : c10::WarningHandler {
     const neuron_rt::LaunchInfo* info = neuron_rt::executing_info();
     const std::string kernel = info ? info->name : "a queued kernel";
     std::lock_guard<std::mutex> lock(queued_warnings_mu);
-    queued_warnings.push_back({neuron_rt::executing_device(),
-                               c10::Warning(w.type(), w.source_location(),
-                                            "neuron (queued kernel " + kernel + "): " + w.msg(), true)});
+    queued_warnings.push_back(
+        {neuron_rt::executing_device(),
+         c10::Warning(w.type(), w.source_location(), "neuron (queued kernel " + kernel + "): " + w.msg(), true)});
     have_queued_warnings = true;
   }
 };

@@ -91,9 +91,13 @@ void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack
   track_kernel(op, /*on_cpu=*/true);
   const bool first = first_fallback_warning(name);
   if (float64 ? first_float64_fallback() : first)
-    TORCH_WARN("neuron: operator '", name, "' ran on the CPU (", reason, "): its inputs were copied "
-               "to the host and its results back", float64 ? " (this warning covers every float64 "
-               "operator)" : "", ". torch_neuronx.get_fallback_ops() lists every fallback; "
+    TORCH_WARN("neuron: operator '", name, "' ran on the CPU (", reason,
+               "): its inputs were copied "
+               "to the host and its results back",
+               float64 ? " (this warning covers every float64 "
+                         "operator)"
+                       : "",
+               ". torch_neuronx.get_fallback_ops() lists every fallback; "
                "TORCH_NEURONX_STRICT_FALLBACK=1 turns them into errors.");
 }
 
@@ -123,8 +127,6 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void set_strict_fallback(bool strict) { strict_fallback = strict; }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
-}
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>()); }
 
 }  // namespace torch_neuronx

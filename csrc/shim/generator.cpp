@@ -9,8 +9,7 @@
 namespace torch_neuronx {
 
 NeuronGeneratorImpl::NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
-    : c10::GeneratorImpl(c10::Device(kNeuron, device),
-                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+    : c10::GeneratorImpl(c10::Device(kNeuron, device), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
       cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
 // Kernels draw from the generator when they execute, not when they are launched: reading or
@@ -87,8 +86,10 @@ at::Generator new_generator(c10::DeviceIndex device) {
 at::Generator kernel_generator(const std::optional<at::Generator>& gen, c10::DeviceIndex device) {
   if (!gen.has_value() || !gen->defined())
     return at::check_generator<NeuronGeneratorImpl>(default_generator(device))->cpu_generator();
-  TORCH_CHECK(gen->device().type() == kNeuron, "Expected a 'neuron' device type for generator "
-              "but found '", gen->device().type(), "'");
+  TORCH_CHECK(gen->device().type() == kNeuron,
+              "Expected a 'neuron' device type for generator "
+              "but found '",
+              gen->device().type(), "'");
   return at::check_generator<NeuronGeneratorImpl>(*gen)->cpu_generator();
 }
 

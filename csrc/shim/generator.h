@@ -10,8 +10,7 @@ namespace torch_neuronx {
 
 class NeuronGeneratorImpl final : public c10::GeneratorImpl {
  public:
-  explicit NeuronGeneratorImpl(c10::DeviceIndex device,
-                               uint64_t seed = c10::default_rng_seed_val);
+  explicit NeuronGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val);
   void set_current_seed(uint64_t seed) override;
   void set_offset(uint64_t offset) override;
   uint64_t get_offset() const override;

@@ -67,9 +67,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, d.has_index() ? d.index() : current_device()), 0);
   }
-  c10::Stream getNewStream(c10::Device d, int priority) const override {
-    return pooled_stream(d, priority < 0);
-  }
+  c10::Stream getNewStream(c10::Device d, int priority) const override { return pooled_stream(d, priority < 0); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
     return pooled_stream(d, high_priority);
   }
@@ -81,25 +79,24 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "Event device index ", static_cast<int>(device_index), " does not match recording "
-                "stream's device index ", static_cast<int>(stream.device_index()), ".");
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                static_cast<int>(device_index),
+                " does not match recording "
+                "stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
     auto*& holder = reinterpret_cast<EventPtr*&>(*event);
     if (!holder)
-      holder = new EventPtr(std::make_shared<neuron_rt::Event>(
-          stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT));
-    TORCH_CHECK((*holder)->device == stream.device_index(), "Event recorded on neuron:",
-                (*holder)->device, " cannot be recorded on a stream of neuron:",
-                static_cast<int>(stream.device_index()));
+      holder = new EventPtr(
+          std::make_shared<neuron_rt::Event>(stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT));
+    TORCH_CHECK((*holder)->device == stream.device_index(), "Event recorded on neuron:", (*holder)->device,
+                " cannot be recorded on a stream of neuron:", static_cast<int>(stream.device_index()));
     core(stream.device_index()).queue.record(static_cast<int>(stream.id()), *holder);
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (!event) return;
     core(stream.device_index()).queue.wait(static_cast<int>(stream.id()), *static_cast<EventPtr*>(event));
   }
-  bool queryEvent(void* event) const override {
-    return !event || (*static_cast<EventPtr*>(event))->query();
-  }
+  bool queryEvent(void* event) const override { return !event || (*static_cast<EventPtr*>(event))->query(); }
   void synchronizeEvent(void* event) const override {
     if (!event) return;
     const auto& e = *static_cast<EventPtr*>(event);
@@ -115,8 +112,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
     const auto& a = *static_cast<EventPtr*>(start);
     const auto& b = *static_cast<EventPtr*>(end);
-    TORCH_CHECK(a->timing && b->timing,
-                "Both events must be created with argument 'enable_timing=True'.");
+    TORCH_CHECK(a->timing && b->timing, "Both events must be created with argument 'enable_timing=True'.");
     TORCH_CHECK(a->query() && b->query(),
                 "Both events must be completed before calculating elapsed time; call "
                 "event.synchronize() first.");

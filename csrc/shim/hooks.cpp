@@ -34,9 +34,7 @@ class PinnedAllocator final : public c10::Allocator {
     return {data, new c10::DataPtr(std::move(ptr)), &PinnedAllocator::release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
   bool is_pinned(const void* p) {
     std::lock_guard<std::mutex> lock(mu_);
     return pinned_.count(p) != 0;
@@ -59,21 +57,15 @@ class PinnedAllocator final : public c10::Allocator {
 struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return neuron_rt::Runtime::get().device_count() > 0; }
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
-    return default_generator(device);
-  }
-  at::Generator getNewGenerator(c10::DeviceIndex device) const override {
-    return new_generator(device);
-  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override { return default_generator(device); }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override { return new_generator(device); }
   at::Device getDeviceFromPtr(void* data) const override {
     auto& rt = neuron_rt::Runtime::get();
     for (int i = 0; i < rt.device_count(); ++i)
       if (rt.core_initialized(i) && core(i).pool.owns(data)) return at::Device(kNeuron, i);
     TORCH_CHECK(false, "pointer ", data, " is not in the memory of any neuron device");
   }
-  bool isPinnedPtr(const void* data) const override {
-    return PinnedAllocator::instance().is_pinned(data);
-  }
+  bool isPinnedPtr(const void* data) const override { return PinnedAllocator::instance().is_pinned(data); }
   at::Allocator* getPinnedMemoryAllocator() const override { return &PinnedAllocator::instance(); }
   bool hasPrimaryContext(c10::DeviceIndex device) const override {
     return neuron_rt::Runtime::get().core_initialized(device);
@@ -88,9 +80,7 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     set_current_device(device);
     return old;
   }
-  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
-    return exchangeDevice(device);
-  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
   // FSDP2 frees and re-materializes parameter storage in place.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     const auto device = storage.device().index();

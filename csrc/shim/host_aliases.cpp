@@ -63,10 +63,9 @@ at::Tensor HostAliases::alias_of(const at::Tensor& t) {
     if (impl == key) storage = &s;
   if (!storage) {
     void* data = const_cast<void*>(t.storage().data());
-    storages_.emplace_back(
-        key, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                          c10::DataPtr(data, c10::Device(at::kCPU)),
-                          resizable_ ? c10::GetCPUAllocator() : nullptr, resizable_));
+    storages_.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                                             c10::DataPtr(data, c10::Device(at::kCPU)),
+                                             resizable_ ? c10::GetCPUAllocator() : nullptr, resizable_));
     storage = &storages_.back().second;
   }
   return tensor_on(*storage, c10::DispatchKey::CPU, t);

@@ -62,12 +62,12 @@ c10::impl::LocalDispatchKeySet kernel_dispatch_state() {
   static const c10::impl::LocalDispatchKeySet state = [] {
     c10::impl::PODLocalDispatchKeySet pod;
     pod.set_included(c10::DispatchKeySet(c10::DispatchKey::BackendSelect));
-    pod.set_excluded(c10::default_excluded_set | c10::autograd_dispatch_keyset_with_ADInplaceOrView |
-                     c10::autocast_dispatch_keyset | c10::python_ks | c10::functorch_transforms_ks |
-                     c10::DispatchKeySet({c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
-                                          c10::DispatchKey::FuncTorchDynamicLayerBackMode,
-                                          c10::DispatchKey::Functionalize, c10::DispatchKey::PreDispatch,
-                                          c10::DispatchKey::PythonDispatcher}));
+    pod.set_excluded(
+        c10::default_excluded_set | c10::autograd_dispatch_keyset_with_ADInplaceOrView | c10::autocast_dispatch_keyset |
+        c10::python_ks | c10::functorch_transforms_ks |
+        c10::DispatchKeySet({c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+                             c10::DispatchKey::FuncTorchDynamicLayerBackMode, c10::DispatchKey::Functionalize,
+                             c10::DispatchKey::PreDispatch, c10::DispatchKey::PythonDispatcher}));
     return c10::impl::LocalDispatchKeySet(pod);
   }();
   return state;

@@ -22,8 +22,8 @@ using namespace torch_neuronx;
 namespace {
 
 void configure(const std::string& generation, int logical_nc_config, int num_chips,
-               const std::vector<int>& visible_cores, size_t hbm_bytes_per_core,
-               bool launch_blocking, bool capture_stack, size_t max_inflight, bool inline_kernels) {
+               const std::vector<int>& visible_cores, size_t hbm_bytes_per_core, bool launch_blocking,
+               bool capture_stack, size_t max_inflight, bool inline_kernels) {
   neuron_rt::Topology t;
   t.generation = generation;
   t.logical_nc_config = logical_nc_config;
@@ -78,8 +78,7 @@ PYBIND11_MODULE(_C, m) {
   // Kernel warnings delivered by the synchronization become Python warnings (as in torch's own
   // bindings), raised once the interpreter lock is back.
   m.def("_synchronize", [](int device) {
-    HANDLE_TH_ERRORS
-    {
+    HANDLE_TH_ERRORS {
       py::gil_scoped_release no_gil;
       synchronize_device(device);
     }
@@ -89,21 +88,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("_hbm_capacity", [](int device) { return core(device).pool.capacity(); });
   m.def("_set_hbm_capacity", [](int device, size_t bytes) { core(device).pool.set_capacity(bytes); });
 
-  m.def("_stream_priority", [](int device, int stream) {
-    return core(device).queue.stream_priority(stream);
-  });
+  m.def("_stream_priority", [](int device, int stream) { return core(device).queue.stream_priority(stream); });
 
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(device)));
   });
 
-  m.def("_launch_python_kernel", &launch_python_kernel);
+  m.def("_launch_python_kernel", &launch_python_kernel, py::arg("device"), py::arg("fn"), py::arg("name"),
+        py::kw_only(), py::arg("wait"));
   m.def("_kernel_counts", [](int device) { return core(device).queue.kernel_counts(); });
   neuron_rt::set_idle_release(&release_worker_openmp_threads);
   neuron_rt::set_worker_start(&setup_worker_thread);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
-  m.def("_register_native_op", &register_native_op);
+  m.def("_register_native_op", &register_native_op, py::arg("op"), py::kw_only(), py::arg("sync"),
+        py::arg("out_overload"), py::arg("bool_index_sync"));
   m.def("_register_nested_kernels", &register_nested_kernels);
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops, py::arg("kernels_only") = false);

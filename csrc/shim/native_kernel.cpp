@@ -48,11 +48,6 @@ const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 constexpr size_t kMaxPlans = 4096;  // per operator
 const c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
 
-class InjectedFault : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // Why an operator cannot run on the device; empty when it can.
 struct Placement {
   c10::DeviceIndex device = -1;
@@ -74,10 +69,8 @@ ArgKind classify(const c10::Argument& arg) {
       auto elem = type->castRaw<c10::ListType>()->getElementType();
       if (elem->kind() == c10::TypeKind::TensorType) return ArgKind::TensorList;
       if (auto opt = elem->cast<c10::OptionalType>())
-        if (opt->getElementType()->kind() == c10::TypeKind::TensorType)
-          return ArgKind::OptTensorList;
-      if (elem->kind() == c10::TypeKind::NumberType || elem->kind() == c10::TypeKind::FloatType)
-        return ArgKind::Scalar;
+        if (opt->getElementType()->kind() == c10::TypeKind::TensorType) return ArgKind::OptTensorList;
+      if (elem->kind() == c10::TypeKind::NumberType || elem->kind() == c10::TypeKind::FloatType) return ArgKind::Scalar;
       return ArgKind::Value;
     }
     default: return ArgKind::Value;
@@ -130,7 +123,6 @@ struct Plan {
 };
 
 
-
 class NativeKernel final : public c10::OperatorKernel {
  public:
   NativeKernel(const c10::OperatorHandle& op, bool sync, std::optional<c10::OperatorHandle> out_op,
@@ -140,8 +132,7 @@ class NativeKernel final : public c10::OperatorKernel {
         bool_index_sync_(bool_index_sync),
         out_op_(std::move(out_op)) {
     if (auto it = host_substitutes().find(name_); it != host_substitutes().end()) {
-      if (it->second.host_op)
-        host_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(it->second.host_op, "");
+      if (it->second.host_op) host_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(it->second.host_op, "");
       adapt_ = it->second.adapt;
       host_run_ = it->second.run;
     }
@@ -198,8 +189,6 @@ class NativeKernel final : public c10::OperatorKernel {
     build(op, std::move(args), device, stack, cacheable ? &key : nullptr);
   }
 
-  void inject_fault(int count) { faults_ = count; }
-
  private:
   // Advanced indexing takes index tensors on the CPU and moves them to the indexed tensor's
   // device, as CUDA does (Tensor?[] arguments are always indices).
@@ -239,7 +228,8 @@ class NativeKernel final : public c10::OperatorKernel {
       int64_t code = -1, offset = 0;
       for (size_t k = 0; k < seen.size() && code < 0; ++k) {
         if (seen[k].tensor == self.tensor) code = 2 * static_cast<int64_t>(k) + 1;
-        else if (seen[k].storage == self.storage) code = 2 * static_cast<int64_t>(k), offset = self.offset - seen[k].offset;
+        else if (seen[k].storage == self.storage)
+          code = 2 * static_cast<int64_t>(k), offset = self.offset - seen[k].offset;
       }
       key.push_back(code);
       if (code >= 0 && code % 2 == 0) key.push_back(offset);
@@ -255,18 +245,18 @@ class NativeKernel final : public c10::OperatorKernel {
         if (place.device < 0) place.device = t.device().index();
         TORCH_CHECK(place.device == t.device().index(),
                     "Expected all tensors to be on the same device, but found at least two "
-                    "devices, neuron:", static_cast<int>(place.device), " and neuron:",
-                    static_cast<int>(t.device().index()),
+                    "devices, neuron:",
+                    static_cast<int>(place.device), " and neuron:", static_cast<int>(t.device().index()),
                     "! (when checking arguments for ", name_, ")");
         const auto dtype = t.scalar_type();
         if (dtype == c10::ScalarType::Double) place.float64 = true;
         check_supported_dtype(dtype, name_);
-        if (bool_index_sync_ && (dtype == c10::ScalarType::Bool || dtype == c10::ScalarType::Byte))
-          cacheable = false;
+        if (bool_index_sync_ && (dtype == c10::ScalarType::Bool || dtype == c10::ScalarType::Byte)) cacheable = false;
       } else {
         TORCH_CHECK(t.dim() == 0 && t.is_cpu(),
                     "Expected all tensors to be on the same device, but found at least two "
-                    "devices, ", t.device(), " and neuron! (when checking arguments for ", name_,
+                    "devices, ",
+                    t.device(), " and neuron! (when checking arguments for ", name_,
                     "). Move the tensor with .to(\"neuron\") first.");
         key.push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? -3 : -2);
       }
@@ -307,8 +297,8 @@ class NativeKernel final : public c10::OperatorKernel {
           break;
         case ArgKind::Generator:
           TORCH_CHECK(v.isNone() || v.toGenerator().device().type() == kNeuron, name_,
-                      ": expected a 'neuron' device type for generator but found '",
-                      v.toGenerator().device().type(), "'. Use torch.Generator(\"neuron\").");
+                      ": expected a 'neuron' device type for generator but found '", v.toGenerator().device().type(),
+                      "'. Use torch.Generator(\"neuron\").");
           key.push_back(-5);
           break;
         case ArgKind::Value:
@@ -343,16 +333,13 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   // Host view of the arguments: device tensors become aliases, generators their CPU twin.
-  torch::jit::Stack host_args(const std::vector<c10::IValue>& args, HostAliases& alias,
-                              c10::DeviceIndex device) const {
+  torch::jit::Stack host_args(const std::vector<c10::IValue>& args, HostAliases& alias, c10::DeviceIndex device) const {
     torch::jit::Stack s;
     s.reserve(args.size() + 4);
     for (size_t i = 0; i < args.size(); ++i) {
       const c10::IValue& v = args[i];
       switch (kinds_[i]) {
-        case ArgKind::Tensor:
-          s.push_back(v.isNone() ? v : c10::IValue(alias(v.toTensor())));
-          break;
+        case ArgKind::Tensor: s.push_back(v.isNone() ? v : c10::IValue(alias(v.toTensor()))); break;
         case ArgKind::TensorList: {
           std::vector<at::Tensor> list;
           for (const at::Tensor& t : v.toTensorList()) list.push_back(alias(t));
@@ -367,7 +354,8 @@ class NativeKernel final : public c10::OperatorKernel {
           break;
         }
         case ArgKind::Generator:
-          s.push_back(kernel_generator(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()), device));
+          s.push_back(
+              kernel_generator(v.isNone() ? std::nullopt : std::optional<at::Generator>(v.toGenerator()), device));
           break;
         default:
           if (v.isDevice() && v.toDevice().type() == kNeuron) s.push_back(c10::Device(at::kCPU));
@@ -388,18 +376,16 @@ class NativeKernel final : public c10::OperatorKernel {
   // Kernels follow the compute threads onto an idle core's launching thread — except while a
   // fault is injected, whose tests expect the worker to raise it.
   neuron_rt::HostWork host_work() const {
-    return faults_.load() > 0 ? neuron_rt::HostWork::kNever : neuron_rt::HostWork::kFollow;
+    return neuron_rt::Runtime::get().faults().pending(name_) ? neuron_rt::HostWork::kNever
+                                                             : neuron_rt::HostWork::kFollow;
   }
 
-  void maybe_fault() {
-    if (faults_.load() > 0 && faults_.fetch_sub(1) > 0)
-      throw InjectedFault("injected fault (torch_neuronx.runtime.inject_fault) in " + name_);
-  }
+  // The kernel's fault point (torch_neuronx.runtime.inject_fault), before it computes.
+  void maybe_fault() const { neuron_rt::Runtime::get().faults().check(name_); }
 
   at::Tensor allocate(const TensorLayout& layout) const {
     if (!layout.defined) return at::Tensor();
-    return at::detail::empty_strided_generic(layout.sizes, layout.strides, allocator(), kNeuronKeys,
-                                             layout.dtype);
+    return at::detail::empty_strided_generic(layout.sizes, layout.strides, allocator(), kNeuronKeys, layout.dtype);
   }
 
   // Strides, offset and storage size of a resized out= argument as the operator left them,
@@ -440,21 +426,19 @@ class NativeKernel final : public c10::OperatorKernel {
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
     for (auto& arg : args) arg = take(arg);
     std::string described = profiler::describe_launch(args, outputs);
-    launch(device,
-           [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
-             maybe_fault();
-             HostAliases alias;
-             auto s = host_args(args, alias, device);
-             const at::AutoDispatchBelowADInplaceOrView below_autograd;
-             if (use_out) {
-               for (const auto& out : fresh) s.push_back(alias_ivalue(out, alias));
-               return out_op_->redispatchBoxed(kCpuKeys, &s);
-             }
-             call_host(op, s, device);
-             for (size_t j = 0; j < fresh.size(); ++j)
-               if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
-           },
-           {.name = name_, .host = host_work(), .described = std::move(described)});
+    launch(device, [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
+      maybe_fault();
+      HostAliases alias;
+      auto s = host_args(args, alias, device);
+      const at::AutoDispatchBelowADInplaceOrView below_autograd;
+      if (use_out) {
+        for (const auto& out : fresh) s.push_back(alias_ivalue(out, alias));
+        return out_op_->redispatchBoxed(kCpuKeys, &s);
+      }
+      call_host(op, s, device);
+      for (size_t j = 0; j < fresh.size(); ++j)
+        if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
+    }, {.name = name_, .host = host_work(), .described = std::move(described)});
     for (auto& out : outputs) stack->push_back(std::move(out));
   }
 
@@ -495,8 +479,8 @@ class NativeKernel final : public c10::OperatorKernel {
     std::vector<at::Tensor> scratch;
     for (size_t j = 0; j < return_shape_.size(); ++j) {
       std::vector<at::Tensor> list;
-      for (const at::Tensor& h : results[j].isTensor() ? std::vector<at::Tensor>{results[j].toTensor()}
-                                                        : results[j].toTensorVector()) {
+      for (const at::Tensor& h :
+           results[j].isTensor() ? std::vector<at::Tensor>{results[j].toTensor()} : results[j].toTensorVector()) {
         if (!h.defined()) return false;
         list.push_back(fixed_size_like(h));
         scratch.push_back(list.back());
@@ -511,8 +495,8 @@ class NativeKernel final : public c10::OperatorKernel {
     }
     size_t k = 0;
     for (size_t j = 0; j < return_shape_.size(); ++j)
-      for (const at::Tensor& h : results[j].isTensor() ? std::vector<at::Tensor>{results[j].toTensor()}
-                                                        : results[j].toTensorVector())
+      for (const at::Tensor& h :
+           results[j].isTensor() ? std::vector<at::Tensor>{results[j].toTensor()} : results[j].toTensorVector())
         if (!scratch[k++].equal(h)) return false;
     return true;
   }
@@ -596,52 +580,53 @@ class NativeKernel final : public c10::OperatorKernel {
     const bool in_place = aliases.size() == return_shape_.size();
     try {
       launch(device,
-                      [&] {
-                        const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
-                        maybe_fault();
-                        HostAliases alias(/*resizable=*/true);
-                        results = host_args(args, alias, device);
-                        for (size_t i = 0; i < kinds_.size(); ++i) {
-                          // Self-overlapping outputs (expanded) stay aliases too: the kernel refuses them.
-                          if (!written_[i] || kinds_[i] != ArgKind::Tensor || !results[i].isTensor() ||
-                              !results[i].toTensor().defined() || overlaps_an_input(args, i) ||
-                              at::has_internal_overlap(args[i].toTensor()) == at::MemOverlap::Yes)
-                            continue;
-                          auto clone = layout_copy(results[i].toTensor());
-                          out_clones.push_back({i, clone, clone.storage_offset()});
-                          share_copy(args, results, i, clone);
-                        }
-                        // Written arguments that stay aliases: the kernel may resize those too.
-                        std::vector<std::pair<size_t, at::Tensor>> written_aliases;
-                        for (size_t i = 0; i < kinds_.size(); ++i)
-                          if (written_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() &&
-                              results[i].toTensor().defined() &&
-                              std::none_of(out_clones.begin(), out_clones.end(), [&](const auto& c) { return c.arg == i; }))
-                            written_aliases.emplace_back(i, results[i].toTensor());
-                        const at::AutoDispatchBelowADInplaceOrView below_autograd;
-                        call_host(op, results, device);
-                        for (const auto& [i, host] : written_aliases) {
-                          const at::Tensor& out = args[i].toTensor();
-                          if (host.storage().data() != out.storage().data())  // grown, now on the host
-                            grown_aliases.emplace_back(i, host.storage());
-                          if (host.sizes() != out.sizes() || host.strides() != out.strides() ||
-                              host.storage_offset() != out.storage_offset())
-                            alias_resizes.emplace_back(i, TensorLayout{
-                                host.sizes().vec(), host.strides().vec(), host.scalar_type(), true,
-                                host.storage_offset() - out.storage_offset(),
-                                host.storage().nbytes() - static_cast<size_t>(out.storage_offset()) * out.itemsize()});
-                        }
-                        if (key && functional_ && out_op_ && !has_generator_ && !host_run_ && !host_op_) {
-                          WarningCollector ignored;  // the trial run's warnings are not the user's
-                          const c10::WarningUtils::WarningHandlerGuard quiet(&ignored);
-                          use_out = out_overload_matches(args, results, device);
-                        }
-                      },
-                      {.name = name_, .host = host_work(), .completion = Launch::kWaited,
-                       .described = in_place ? profiler::describe_launch(args, aliases) : std::string()});
+             [&] {
+        const c10::WarningUtils::WarningHandlerGuard collect(&warnings);
+        maybe_fault();
+        HostAliases alias(/*resizable=*/true);
+        results = host_args(args, alias, device);
+        for (size_t i = 0; i < kinds_.size(); ++i) {
+          // Self-overlapping outputs (expanded) stay aliases too: the kernel refuses them.
+          if (!written_[i] || kinds_[i] != ArgKind::Tensor || !results[i].isTensor() ||
+              !results[i].toTensor().defined() || overlaps_an_input(args, i) ||
+              at::has_internal_overlap(args[i].toTensor()) == at::MemOverlap::Yes)
+            continue;
+          auto clone = layout_copy(results[i].toTensor());
+          out_clones.push_back({i, clone, clone.storage_offset()});
+          share_copy(args, results, i, clone);
+        }
+        // Written arguments that stay aliases: the kernel may resize those too.
+        std::vector<std::pair<size_t, at::Tensor>> written_aliases;
+        for (size_t i = 0; i < kinds_.size(); ++i)
+          if (written_[i] && kinds_[i] == ArgKind::Tensor && results[i].isTensor() && results[i].toTensor().defined() &&
+              std::none_of(out_clones.begin(), out_clones.end(), [&](const auto& c) { return c.arg == i; }))
+            written_aliases.emplace_back(i, results[i].toTensor());
+        const at::AutoDispatchBelowADInplaceOrView below_autograd;
+        call_host(op, results, device);
+        for (const auto& [i, host] : written_aliases) {
+          const at::Tensor& out = args[i].toTensor();
+          if (host.storage().data() != out.storage().data())  // grown, now on the host
+            grown_aliases.emplace_back(i, host.storage());
+          if (host.sizes() != out.sizes() || host.strides() != out.strides() ||
+              host.storage_offset() != out.storage_offset())
+            alias_resizes.emplace_back(i, TensorLayout{host.sizes().vec(), host.strides().vec(), host.scalar_type(),
+                                                       true, host.storage_offset() - out.storage_offset(),
+                                                       host.storage().nbytes() -
+                                                           static_cast<size_t>(out.storage_offset()) * out.itemsize()});
+        }
+        if (key && functional_ && out_op_ && !has_generator_ && !host_run_ && !host_op_) {
+          WarningCollector ignored;  // the trial run's warnings are not the user's
+          const c10::WarningUtils::WarningHandlerGuard quiet(&ignored);
+          use_out = out_overload_matches(args, results, device);
+        }
+      },
+             {.name = name_,
+              .host = host_work(),
+              .completion = Launch::kWaited,
+              .described = in_place ? profiler::describe_launch(args, aliases) : std::string()});
     } catch (const std::exception& e) {
       const bool unimplemented = dynamic_cast<const c10::NotImplementedError*>(&e) ||
-                                 dynamic_cast<const InjectedFault*>(&e);
+                                 dynamic_cast<const neuron_rt::InjectedFault*>(&e);
       if (!(retry_on_cpu && unimplemented)) throw;
       for (auto& a : args) stack->push_back(std::move(a));
       return fallback_to_cpu(op, stack, std::string("the device kernel failed (") + e.what() + ")");
@@ -649,7 +634,9 @@ class NativeKernel final : public c10::OperatorKernel {
     for (const auto& w : warnings.warnings) c10::warn(w);  // as if the kernel ran on this thread
     // The first copy launched below carries the call's description (an in-place call's did).
     std::string described = in_place ? std::string() : profiler::describe_launch(args, results);
-    auto copy_launch = [&] { return Launch{.name = name_, .host = host_work(), .described = std::exchange(described, {})}; };
+    auto copy_launch = [&] {
+      return Launch{.name = name_, .host = host_work(), .described = std::exchange(described, {})};
+    };
 
     track_kernel(op, /*on_cpu=*/false);
     auto plan = std::make_shared<Plan>();
@@ -679,7 +666,10 @@ class NativeKernel final : public c10::OperatorKernel {
         resizes_an_input |= !is_out_[i] || std::any_of(args.begin(), args.end(), [&](const c10::IValue& a) {
           return &a != &args[i] && a.isTensor() && a.toTensor().is_same(out);
         });
-        TensorLayout layout{clone.sizes().vec(), clone.strides().vec(), clone.scalar_type(), true,
+        TensorLayout layout{clone.sizes().vec(),
+                            clone.strides().vec(),
+                            clone.scalar_type(),
+                            true,
                             clone.storage_offset() - start,
                             clone.storage().nbytes() - static_cast<size_t>(start) * clone.itemsize()};
         out.resize_(layout.sizes);
@@ -709,8 +699,7 @@ class NativeKernel final : public c10::OperatorKernel {
         TensorLayout layout{{}, {}, c10::ScalarType::Undefined, h.defined()};
         if (h.defined()) layout = {h.sizes().vec(), h.strides().vec(), h.scalar_type()};
         at::Tensor out = allocate(layout);
-        if (h.defined())
-          launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, copy_launch());
+        if (h.defined()) launch(device, [out = snapshot(out), h] { host_alias(out).copy_(h); }, copy_launch());
         outs.push_back(out);
         r.tensors.push_back(std::move(layout));
       }
@@ -736,7 +725,6 @@ class NativeKernel final : public c10::OperatorKernel {
   bool has_index_list_ = false;
   std::vector<Plan::Return> return_shape_;
   bool functional_ = true;
-  std::atomic<int> faults_{0};
   std::mutex cache_mu_;
   std::unordered_map<Words, std::shared_ptr<const Plan>, SignatureHash> cache_;
 };
@@ -748,15 +736,14 @@ std::unordered_map<std::string, NativeKernel*>& registry() {
 }
 
 torch::Library& library() {
-  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                                        __FILE__, __LINE__);
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                        __LINE__);
   return *lib;
 }
 
 }  // namespace
 
-void register_native_op(const std::string& op, bool sync, const std::string& out_overload,
-                        bool bool_index_sync) {
+void register_native_op(const std::string& op, bool sync, const std::string& out_overload, bool bool_index_sync) {
   const auto dot = op.find('.');
   const std::string name = op.substr(0, dot);
   const std::string overload = dot == std::string::npos ? "" : op.substr(dot + 1);
@@ -778,9 +765,10 @@ void set_retry_failed_kernels_on_cpu(bool retry) { retry_on_cpu = retry; }
 void inject_fault(const std::string& op, int count) {
   std::lock_guard<std::mutex> lock(registry_mu);
   auto it = registry().find(op);
-  TORCH_CHECK(it != registry().end(), "inject_fault: ", op, " has no device kernel (it is not in "
+  TORCH_CHECK(it != registry().end(), "inject_fault: ", op,
+              " has no device kernel (it is not in "
               "the lowering table); faults can only be injected into device kernels");
-  it->second->inject_fault(count);
+  neuron_rt::Runtime::get().faults().inject(op, count);
 }
 
 }  // namespace torch_neuronx

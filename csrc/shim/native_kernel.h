@@ -14,8 +14,7 @@ namespace torch_neuronx {
 // on input values, so every launch waits for the result. `out_overload`: overload of the
 // same operator that writes preallocated outputs (empty if none). `bool_index_sync`: launches
 // with boolean index tensors are data-dependent (aten::index.Tensor).
-void register_native_op(const std::string& op, bool sync, const std::string& out_overload,
-                        bool bool_index_sync);
+void register_native_op(const std::string& op, bool sync, const std::string& out_overload, bool bool_index_sync);
 
 // The operator's name as users see it ("aten::add.Tensor").
 std::string full_name(const c10::OperatorName& name);

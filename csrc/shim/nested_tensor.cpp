@@ -58,8 +58,8 @@ c10::Device with_index(c10::Device device) {
 // Views, and the accessors of a nested tensor's metadata (host tensors on every device): PyTorch's
 // nested kernels touch no element on the device.
 bool runs_as_on_the_cpu(const c10::FunctionSchema& schema) {
-  static const std::unordered_set<std::string> metadata{
-      "aten::_nested_tensor_size", "aten::_nested_tensor_strides", "aten::_nested_tensor_storage_offsets"};
+  static const std::unordered_set<std::string> metadata{"aten::_nested_tensor_size", "aten::_nested_tensor_strides",
+                                                        "aten::_nested_tensor_storage_offsets"};
   if (metadata.count(schema.operator_name().name)) return true;
   for (const auto& arg : schema.arguments())
     if (arg.alias_info() && !arg.alias_info()->isWrite()) return true;
@@ -77,7 +77,8 @@ void to_copy(torch::jit::Stack* stack) {
   const auto format = args[6].toOptional<c10::MemoryFormat>().value_or(c10::MemoryFormat::Preserve);
   TORCH_CHECK(format == c10::MemoryFormat::Preserve || format == c10::MemoryFormat::Contiguous,
               "aten::_to_copy: nested tensors support the preserve and contiguous memory formats, "
-              "not ", format);
+              "not ",
+              format);
   at::Tensor copy = converted(self, device, dtype);
   if (format == c10::MemoryFormat::Contiguous) copy = copy.contiguous();
   torch::jit::drop(*stack, 7);

@@ -46,8 +46,8 @@ namespace torch_neuronx::profiler {
 
 namespace {
 
-using neuron_rt::Nanos;
 using libkineto::ActivityType;
+using neuron_rt::Nanos;
 
 // Fallbacks get a lane of their own beside the core's streams.
 constexpr int kFallbackLane = 1000;
@@ -151,7 +151,8 @@ void on_kernel(int device, int stream, const neuron_rt::LaunchInfo& info, Nanos 
 int64_t parse_field(const std::string& text, size_t index) {
   std::istringstream in(text);
   std::string word;
-  for (size_t i = 0; i <= index && in >> word; ++i) {}
+  for (size_t i = 0; i <= index && in >> word; ++i) {
+  }
   return std::stoll(word);
 }
 
@@ -230,10 +231,8 @@ std::vector<KernelArgs> last_args;
 std::vector<Sample> last_samples_;
 
 bool is_copy(const std::string& name) {
-  return name.find("host to device") != std::string::npos ||
-         name.find("device to host") != std::string::npos ||
-         name.find("device to device") != std::string::npos ||
-         name.find("core to core") != std::string::npos;
+  return name.find("host to device") != std::string::npos || name.find("device to host") != std::string::npos ||
+         name.find("device to device") != std::string::npos || name.find("core to core") != std::string::npos;
 }
 
 // "cores:0,2;max_events_per_nc:100;modes:device,runtime": the CUSTOM_CONFIG value of the Kineto configuration that
@@ -318,9 +317,8 @@ class Session final : public libkineto::IActivityProfilerSession {
 
   void processTrace(libkineto::ActivityLogger& logger) override {}
 
-  void processTrace(libkineto::ActivityLogger& logger,
-                    libkineto::getLinkedActivityCallback linked_activity, int64_t start_time,
-                    int64_t end_time) override {
+  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked_activity,
+                    int64_t start_time, int64_t end_time) override {
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     buffer_->span = libkineto::TraceSpan(start_time, end_time, "neuron");
     std::set<uint64_t> reported_launches;
@@ -360,19 +358,19 @@ class Session final : public libkineto::IActivityProfilerSession {
     }
     for (const auto& [device, streams] : lanes) {
       logger.handleDeviceInfo({device, device + 0x1000000, "neuron:" + std::to_string(device),
-                               "NeuronCore " + std::to_string(device)}, start_time);
+                               "NeuronCore " + std::to_string(device)},
+                              start_time);
       for (int lane : streams)
-        logger.handleResourceInfo({lane, lane, device, lane == kFallbackLane
-                                                           ? std::string("CPU fallback (host)")
-                                                           : "stream " + std::to_string(lane)},
+        logger.handleResourceInfo({lane, lane, device,
+                                   lane == kFallbackLane ? std::string("CPU fallback (host)")
+                                                         : "stream " + std::to_string(lane)},
                                   start_time);
     }
   }
 
   // Non-null so that Kineto does not label the device lanes "GPU N".
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
-    return std::make_unique<libkineto::DeviceInfo>(
-        libkineto::DeviceInfo{0, 0x1000000, "neuron:0", "NeuronCore 0"});
+    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{0, 0x1000000, "neuron:0", "NeuronCore 0"});
   }
 
   std::vector<libkineto::ResourceInfo> getResourceInfos() override { return {}; }
@@ -391,8 +389,8 @@ class Session final : public libkineto::IActivityProfilerSession {
   }
 
  private:
-  libkineto::GenericTraceActivity& add_activity(ActivityType type, const std::string& name, Nanos start,
-                                                Nanos end, uint64_t correlation,
+  libkineto::GenericTraceActivity& add_activity(ActivityType type, const std::string& name, Nanos start, Nanos end,
+                                                uint64_t correlation,
                                                 libkineto::getLinkedActivityCallback& linked_activity) {
     buffer_->emplace_activity(buffer_->span, type, name);
     auto& a = *buffer_->activities.back();
@@ -432,15 +430,14 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
 
   const std::set<ActivityType>& availableActivities() const override { return activities_; }
 
-  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-      const std::set<ActivityType>& activity_types, const libkineto::Config& config) override {
+  std::unique_ptr<libkineto::IActivityProfilerSession> configure(const std::set<ActivityType>& activity_types,
+                                                                 const libkineto::Config& config) override {
     if (!activity_types.count(ActivityType::CONCURRENT_KERNEL)) return nullptr;
     return std::make_unique<Session>(config);
   }
 
-  std::unique_ptr<libkineto::IActivityProfilerSession> configure(
-      int64_t, int64_t, const std::set<ActivityType>& activity_types,
-      const libkineto::Config& config) override {
+  std::unique_ptr<libkineto::IActivityProfilerSession>
+  configure(int64_t, int64_t, const std::set<ActivityType>& activity_types, const libkineto::Config& config) override {
     return configure(activity_types, config);
   }
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../runtime/hardware_queue.h"
+#include "../runtime/runtime.h"
 
 namespace torch_neuronx::profiler {
 

@@ -22,11 +22,11 @@ struct CellInputs {
 CellInputs read_cell(const torch::jit::Stack& s, const char* op, int64_t factor) {
   const at::Tensor input_gates = s[0].toTensor();
   const auto dtype = input_gates.scalar_type();
-  const CellInputs c{input_gates, s[1].toTensor(), s[2].toTensor(), opt_tensor(s[3]), opt_tensor(s[4]),
-                     dtype, at::toOpMathType(dtype)};
+  const CellInputs c{input_gates,      s[1].toTensor(), s[2].toTensor(),        opt_tensor(s[3]),
+                     opt_tensor(s[4]), dtype,           at::toOpMathType(dtype)};
   TORCH_CHECK(c.input_gates.dim() == 2 && c.input_gates.sizes() == c.hidden_gates.sizes(), op,
-              " on neuron: expected 2-D input_gates and hidden_gates of the same size, got ",
-              c.input_gates.sizes(), " and ", c.hidden_gates.sizes());
+              " on neuron: expected 2-D input_gates and hidden_gates of the same size, got ", c.input_gates.sizes(),
+              " and ", c.hidden_gates.sizes());
   const int64_t gates = c.input_gates.size(1);
   TORCH_CHECK(c.input_bias.defined() == c.hidden_bias.defined(), op,
               " on neuron: pass both input_bias and hidden_bias or neither");
@@ -42,8 +42,8 @@ CellInputs read_cell(const torch::jit::Stack& s, const char* op, int64_t factor)
 }
 
 // Gate pre-activations summed in the order of the CUDA kernel: input + hidden + bias1 + bias2.
-at::Tensor pre_activations(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
-                           const at::Tensor& input_bias, const at::Tensor& hidden_bias, at::ScalarType math) {
+at::Tensor pre_activations(const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& input_bias,
+                           const at::Tensor& hidden_bias, at::ScalarType math) {
   at::Tensor sum = input_gates.to(math) + hidden_gates.to(math);
   if (input_bias.defined()) sum = sum + input_bias.to(math) + hidden_bias.to(math);
   return sum;
@@ -87,7 +87,8 @@ void fused_lstm_cell_backward(torch::jit::Stack& s, c10::DeviceIndex) {
   }
   TORCH_CHECK(workspace.dim() == 2 && workspace.size(1) == 4 * cx.size(-1) && cx.sizes() == cy.sizes(),
               "_thnn_fused_lstm_cell_backward_impl on neuron: expected a workspace of size [batch, 4 * hidden] "
-              "and cx, cy of size [batch, hidden], got ", workspace.sizes(), ", ", cx.sizes(), ", ", cy.sizes());
+              "and cx, cy of size [batch, hidden], got ",
+              workspace.sizes(), ", ", cx.sizes(), ", ", cy.sizes());
   const auto dtype = workspace.scalar_type();
   const auto math = at::toOpMathType(dtype);
   const auto w = workspace.to(math).chunk(4, 1);
@@ -99,7 +100,8 @@ void fused_lstm_cell_backward(torch::jit::Stack& s, c10::DeviceIndex) {
   const at::Tensor gcx = go * og * (1 - tanh_cy * tanh_cy) + goc;
   const at::Tensor grad_gates = at::cat({gcx * cg * (1 - ig) * ig, gcx * cx.to(math) * (1 - fg) * fg,
                                          gcx * ig * (1 - cg * cg), go * tanh_cy * (1 - og) * og},
-                                        1).to(dtype);
+                                        1)
+                                    .to(dtype);
   s.push_back(grad_gates);
   s.push_back((gcx * fg).to(dtype));
   s.push_back(bias_grad(grad_gates, has_bias));
@@ -118,7 +120,9 @@ void fused_gru_cell(torch::jit::Stack& s, c10::DeviceIndex) {
   };
   // r and z sum everything; n adds the hidden part (with its bias) only after the reset gate.
   const auto rz = pre_activations(part(input_gates, 0, 2), part(hidden_gates, 0, 2), part(input_bias, 0, 2),
-                                  part(hidden_bias, 0, 2), math).sigmoid().chunk(2, 1);
+                                  part(hidden_bias, 0, 2), math)
+                      .sigmoid()
+                      .chunk(2, 1);
   at::Tensor in = part(input_gates, 2, 1).to(math), hn = part(hidden_gates, 2, 1).to(math);
   if (input_bias.defined()) {
     in = in + part(input_bias, 2, 1).to(math);
@@ -140,7 +144,8 @@ void fused_gru_cell_backward(torch::jit::Stack& s, c10::DeviceIndex) {
   TORCH_CHECK(grad_hy.dim() == 2 && workspace.dim() == 2 && workspace.size(0) == grad_hy.size(0) &&
                   workspace.size(1) == 5 * grad_hy.size(1),
               "_thnn_fused_gru_cell_backward on neuron: expected grad_hy of size [batch, hidden] and a "
-              "workspace of size [batch, 5 * hidden], got ", grad_hy.sizes(), " and ", workspace.sizes());
+              "workspace of size [batch, 5 * hidden], got ",
+              grad_hy.sizes(), " and ", workspace.sizes());
   const auto dtype = workspace.scalar_type();
   const auto math = at::toOpMathType(dtype);
   const auto w = workspace.to(math).chunk(5, 1);

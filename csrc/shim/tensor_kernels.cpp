@@ -28,54 +28,48 @@ c10::DeviceIndex device_index_or_current(std::optional<c10::Device> device) {
   return device && device->has_index() ? device->index() : current_device();
 }
 
-void check_factory_args(std::optional<c10::Layout> layout, std::optional<bool> pin_memory,
-                        const char* op) {
+void check_factory_args(std::optional<c10::Layout> layout, std::optional<bool> pin_memory, const char* op) {
   TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, op,
-              ": the neuron device supports only strided tensors (got layout ",
-              c10::layout_or_default(layout), "). Sparse tensors must stay on the CPU.");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), op,
-              ": pin_memory=True applies to CPU tensors only.");
+              ": the neuron device supports only strided tensors (got layout ", c10::layout_or_default(layout),
+              "). Sparse tensors must stay on the CPU.");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), op, ": pin_memory=True applies to CPU tensors only.");
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
-                               std::optional<c10::Layout> layout,
-                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
-                               std::optional<c10::MemoryFormat> memory_format) {
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
   check_factory_args(layout, pin_memory, "aten::empty");
   const auto scalar_type = c10::dtype_or_default(dtype);
   check_supported_dtype(scalar_type, "aten::empty");
   const c10::DeviceGuard guard(c10::Device(kNeuron, device_index_or_current(device)));
-  return at::detail::empty_generic(size, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   scalar_type, memory_format);
+  return at::detail::empty_generic(size, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), scalar_type,
+                                   memory_format);
 }
 
-at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
-                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
-                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
   check_factory_args(layout, pin_memory, "aten::empty_strided");
   const auto scalar_type = c10::dtype_or_default(dtype);
   check_supported_dtype(scalar_type, "aten::empty_strided");
   const c10::DeviceGuard guard(c10::Device(kNeuron, device_index_or_current(device)));
   return at::detail::empty_strided_generic(size, stride, allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           scalar_type);
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), scalar_type);
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
                       std::optional<c10::SymInt> storage_offset) {
-  return at::native::as_strided_tensorimpl(
-      self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
-      storage_offset ? std::optional<int64_t>(storage_offset->expect_int()) : std::nullopt);
+  return at::native::as_strided_tensorimpl(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                                           storage_offset ? std::optional<int64_t>(storage_offset->expect_int())
+                                                          : std::nullopt);
 }
 
 at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
   return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
 
-at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
-                         c10::SymIntArrayRef stride) {
-  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
-                                    C10_AS_INTARRAYREF_SLOW(stride));
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
 }
 
 at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
@@ -94,9 +88,8 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   // kernels must be done with the old buffer first.
   const auto sizes = C10_AS_INTARRAYREF_SLOW(size);
   const size_t needed = at::detail::computeStorageNbytesContiguous(sizes, self.dtype().itemsize(),
-                                                                  self.storage_offset());
-  if (self.storage().nbytes() > 0 && needed > self.storage().nbytes())
-    synchronize_device(self.device().index());
+                                                                   self.storage_offset());
+  if (self.storage().nbytes() > 0 && needed > self.storage().nbytes()) synchronize_device(self.device().index());
   return at::native::resize_(self, sizes, memory_format);
 }
 
@@ -104,9 +97,7 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
 
-at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
-  return at::native::set_(self, source);
-}
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) { return at::native::set_(self, source); }
 
 at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage storage, c10::SymInt offset,
                                       c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
@@ -140,26 +131,23 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     // As cudaMemcpyAsync into page-locked memory: queued on the current stream, the caller goes
     // on; the data is there once the stream is synchronized or an event recorded after it completes.
     // The kernel writes through its own tensor on dst's memory: dst's metadata is the caller's.
-    launch(src.device().index(),
-           [src = snapshot(src), dst = tensor_on(dst.storage(), c10::DispatchKey::CPU, dst)] {
-             dst.copy_(host_alias(src));
-           },
-           copy("aten::_copy_from (device to host, non-blocking)", neuron_rt::HostWork::kFollow));
+    launch(src.device().index(), [src = snapshot(src), dst = tensor_on(dst.storage(), c10::DispatchKey::CPU, dst)] {
+      dst.copy_(host_alias(src));
+    }, copy("aten::_copy_from (device to host, non-blocking)", neuron_rt::HostWork::kFollow));
   } else if (dst.is_cpu()) {
     const auto device = src.device().index();
     // Below ATen's parallel grain the copy runs on one thread: on an idle core, right here.
     const auto host = dst.numel() <= at::internal::GRAIN_SIZE ? neuron_rt::HostWork::kSerial
-                                                               : neuron_rt::HostWork::kFollow;
-    launch(device, [&] { dst.copy_(host_alias(src)); }, copy("aten::_copy_from (device to host)", host, Launch::kWaited));
+                                                              : neuron_rt::HostWork::kFollow;
+    launch(device, [&] { dst.copy_(host_alias(src)); },
+           copy("aten::_copy_from (device to host)", host, Launch::kWaited));
     raise_pending_error(core(device));
   } else if (src.device() == dst.device()) {
     Snapshots take;  // x.copy_(x) stays one tensor for the kernel
-    launch(dst.device().index(),
-           [src = take(src), dst = take(dst)] {
-             HostAliases alias;
-             alias(dst).copy_(alias(src));
-           },
-           copy("aten::_copy_from (device to device)", neuron_rt::HostWork::kFollow));
+    launch(dst.device().index(), [src = take(src), dst = take(dst)] {
+      HostAliases alias;
+      alias(dst).copy_(alias(src));
+    }, copy("aten::_copy_from (device to device)", neuron_rt::HostWork::kFollow));
   } else {
     // Core to core: the source core must have produced the data before the target reads it.
     synchronize_device(src.device().index());
@@ -207,7 +195,9 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 // As on CUDA: the block waits for `stream`'s kernels too when it is freed. Launches note the
 // streams that use a block by themselves, so this is needed only for work the shim does not see.
-void record_stream(at::Tensor& self, c10::Stream stream) { allocator()->recordStream(self.storage().data_ptr(), stream); }
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  allocator()->recordStream(self.storage().data_ptr(), stream);
+}
 
 }  // namespace
 

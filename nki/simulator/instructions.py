@@ -10,11 +10,9 @@ import numpy as np
 
 from ..dtypes import as_dtype, bool_, float32, is_float, promote
 from ..errors import NKIError
-from . import cost_model as cm
-from . import rules
+from . import cost_model as cm, rules, tile as _tile
 from .context import current
 from .ops import BINARY, INTEGER_CLOSED, REDUCE, UNARY, op_name, require
-from . import tile as _tile
 from .tile import AccessPattern, Tile, resolve
 
 

@@ -89,7 +89,7 @@ def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None) -> I
         out_shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
         full_mask = None if mask is None else np.broadcast_to(np.asarray(mask, bool), out_shape)
     except ValueError as exc:
-        raise NKIError("index-expression", f"index expressions / mask do not broadcast: {exc}")
+        raise NKIError("index-expression", f"index expressions / mask do not broadcast: {exc}") from exc
     checked = []
     for dim, a in enumerate(arrays):
         a = np.broadcast_to(a, out_shape)
@@ -170,7 +170,7 @@ class Tile:
         try:
             view.shape = tuple(shape)
         except (AttributeError, ValueError) as exc:
-            raise NKIError("reshape", f"cannot view {self.name} {self.shape} as {shape}: {exc}")
+            raise NKIError("reshape", f"cannot view {self.name} {self.shape} as {shape}: {exc}") from exc
         return Tile(view, self.dtype, self.buffer, self.name, self.readonly)
 
     def broadcast_to(self, shape: tuple[int, ...]) -> Tile:

@@ -231,7 +231,8 @@ def test_a_cache_others_could_write_is_refused_and_compilation_goes_on(cache_dir
     from torch_neuronx.compile import cache
     cache._refused.discard(cache_dir)
     x = torch.randn(64)
-    with pytest.warns(UserWarning, match=r"not using the compile cache .*(owned by uid 65534|writable by group or others)"):
+    with pytest.warns(UserWarning,
+                      match=r"not using the compile cache .*(owned by uid 65534|writable by group or others)"):
         torch.testing.assert_close(run_compiled(x), scaled_sin(x))
     assert list(cache_dir.iterdir()) == []
     metrics = torch_neuronx.get_dynamo_metrics()

@@ -178,6 +178,7 @@ def test_a_cpu_graph_of_the_same_code_keeps_inductors_allocator():
     (overwriting the loaded module's globals changed the CPU module that Inductor's module cache
     shares between graphs of the same code)."""
     from torch._inductor.codecache import PyCodeCache
+
     from torch_neuronx.compile.generated_module import _DEVICE_ALLOCATOR
 
     def f(x: torch.Tensor) -> torch.Tensor:

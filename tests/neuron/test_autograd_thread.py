@@ -1,6 +1,6 @@
 """Where the autograd engine runs the backward of neuron tensors: on the calling thread in the
 thread that first used a neuron device (no device-thread hand-offs), on PyTorch's per-device
-thread elsewhere or with TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS=1 — with the same gradients as
+thread elsewhere or with TORCH_NEURONX_SIM_CONF=autograd_device_threads:1 — with the same gradients as
 the CPU."""
 import os
 import subprocess
@@ -57,7 +57,7 @@ def test_the_switch_keeps_pytorchs_device_threads():
             " flush=True); import os; os._exit(0)")
     # os._exit: with device threads, PyTorch's shutdown race (docs/architecture.md) can abort the
     # child at exit under load; this test is about where backward runs.
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TORCH_NEURONX_SIM_CONF": "autograd_device_threads:1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
     assert out.split() == ["True", "True", "[3.0,", "3.0,", "3.0]"]
 

@@ -261,7 +261,7 @@ def test_torch_neuronx_helpers():
     torch_neuronx.clear_op_tracking()
     assert torch_neuronx.get_executed_ops() == {} and torch_neuronx.get_fallback_ops() == {}
     x = torch.randn(10, device="neuron")
-    y = torch.sigmoid(x)
+    torch.sigmoid(x)
     torch_neuronx.synchronize()
     ops = torch_neuronx.get_executed_ops()
     assert ops.get("aten::sigmoid", 0) >= 1
@@ -370,7 +370,7 @@ def test_an_explicit_generators_state_waits_for_the_kernels_that_draw_from_it():
     torch.neuron.synchronize(1)
     state = g.get_state()
     gate = threading.Event()
-    torch_neuronx._C._launch_python_kernel(1, gate.wait, "test gate", False)
+    torch_neuronx._C._launch_python_kernel(1, gate.wait, "test gate", wait=False)
     drawn = torch.rand(4, device="neuron:1", generator=g)  # queued behind the gate
     threading.Timer(0.2, gate.set).start()
     g.set_state(state)  # after the draw above, as on the CPU

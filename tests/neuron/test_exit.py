@@ -14,7 +14,7 @@ def kernel():  # a Python kernel (as compiled graphs and nki kernels are) still 
     time.sleep(0.3)
     torch_neuronx._C._host_alias(x).add_(1)
 
-torch_neuronx._C._launch_python_kernel(0, kernel, "test::slow_python_kernel", False)
+torch_neuronx._C._launch_python_kernel(0, kernel, "test::slow_python_kernel", wait=False)
 """
 
 

@@ -12,26 +12,41 @@ from torch_neuronx import nki_op
 
 @nki.jit
 def sin_kernel(x, out):
-    t = nl.load(x[0:128]); nl.store(out[0:128], value=nl.sin(t)); return out
+    t = nl.load(x[0:128])
+    nl.store(out[0:128], value=nl.sin(t))
+    return out
 
 
 @nki.jit
 def cos_kernel(x, out):
-    t = nl.load(x[0:128]); nl.store(out[0:128], value=nl.cos(t)); return out
+    t = nl.load(x[0:128])
+    nl.store(out[0:128], value=nl.cos(t))
+    return out
 
 
 @nki_op("nki_device_test::nki_sin", mutates_args={})
 def nki_sin(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x); sin_kernel(x, out); return out
+    out = torch.empty_like(x)
+    sin_kernel(x, out)
+    return out
 
 
 @nki_op("nki_device_test::nki_cos", mutates_args={})
 def nki_cos(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x); cos_kernel(x, out); return out
+    out = torch.empty_like(x)
+    cos_kernel(x, out)
+    return out
 
 
-def setup(ctx, inputs, output): ctx.save_for_backward(inputs[0])
-def backward(ctx, grad): (x,) = ctx.saved_tensors; return grad * nki_cos(x)
+def setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * nki_cos(x)
+
+
 nki_sin.register_autograd(backward, setup_context=setup)
 
 
@@ -44,7 +59,9 @@ def write_first_arg(x, out):
 
 @nki_op("nki_device_test::clobber", mutates_args={})
 def clobber(x: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros_like(x); write_first_arg(x, out); return out
+    out = torch.zeros_like(x)
+    write_first_arg(x, out)
+    return out
 
 
 def test_spec_example_forward_and_backward_match_cpu():
@@ -140,7 +157,9 @@ def test_result_structures_are_kept_per_live_kernel_and_bounded():
 
     @nki.jit
     def negate(x, out):
-        t = nl.load(x[0:128]); nl.store(out[0:128], value=-t); return out
+        t = nl.load(x[0:128])
+        nl.store(out[0:128], value=-t)
+        return out
 
     before = len(device._results)
     for width in range(1, device.MAX_SIGNATURES_PER_KERNEL + 6):

@@ -325,8 +325,8 @@ def test_spec_sin_cos_kernels_on_numpy():
 
 
 def test_device_tensors_go_to_their_device_types_launcher(monkeypatch):
-    import nki.runtime
-    monkeypatch.setattr(nki.runtime, "device_launchers", {})
+    import nki.launchers
+    monkeypatch.setattr(nki.launchers, "device_launchers", {})
 
     class OtherDevice:
         type = "other"
@@ -348,7 +348,7 @@ def test_device_tensors_go_to_their_device_types_launcher(monkeypatch):
                                            r"registered for 'other' devices"):
         k(t)
     calls = []
-    nki.runtime.device_launchers["other"] = (
+    nki.launchers.device_launchers["other"] = (
         lambda kernel, args, kwargs, grid: calls.append((kernel, args, kwargs, grid)) or "ran")
     assert k[2](t, scale=1.0) == "ran"
     assert calls[0][0] is k and calls[0][1][0] is t and calls[0][2] == {"scale": 1.0} and calls[0][3] == (2,)

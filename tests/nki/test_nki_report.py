@@ -6,10 +6,9 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from helpers_nki import marked_line
 from nki.simulator import TRN2, RunReport
 from torch_neuronx.runtime import chips
-
-from helpers_nki import marked_line
 
 
 @nki.jit

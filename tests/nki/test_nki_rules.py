@@ -5,9 +5,8 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
-from nki.simulator import HardwareConfig
-
 from helpers_nki import expect_rule
+from nki.simulator import HardwareConfig
 
 F32 = np.float32
 

@@ -48,7 +48,7 @@ def test_the_choice_of_kernel_does_not_wait_for_the_queue():
     gate = threading.Event()
     timer = threading.Timer(20, gate.set)
     timer.start()
-    torch_neuronx._C._launch_python_kernel(1, gate.wait, "test gate", False)
+    torch_neuronx._C._launch_python_kernel(1, gate.wait, "test gate", wait=False)
     out = F.scaled_dot_product_attention(q, q, q)  # queued behind the gate, not waiting for it
     still_held = timer.is_alive() and not gate.is_set()
     gate.set()

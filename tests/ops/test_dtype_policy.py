@@ -12,8 +12,8 @@ import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 import torch_neuronx
-from torch_neuronx.ops.lowering_table import NATIVE_DTYPES, lowering_for
 from helpers import DEVICE, assert_same, check_twice, sync
+from torch_neuronx.ops.lowering_table import NATIVE_DTYPES, lowering_for
 
 # An op without a lowering (verified below): quantization is outside the table on purpose.
 FALLBACK_OP = "aten::fake_quantize_per_tensor_affine_cachemask"
@@ -56,7 +56,7 @@ def test_float64_lives_on_device_and_falls_back():
             "aten::mm": lambda t: t @ t.t(),
             "aten::_softmax": lambda t: torch.softmax(t, -1),
         }
-        for name, fn in ops.items():
+        for fn in ops.values():
             for _ in range(2):
                 assert_same(fn(cpu), fn(dev))
                 assert fn(dev).dtype == torch.float64
@@ -130,7 +130,7 @@ def test_native_dtypes_run_natively(dtype):
     if dtype != torch.bool:
         ops["aten::add.Tensor"] = torch.add
     torch_neuronx.clear_op_tracking()
-    for name, fn in ops.items():
+    for fn in ops.values():
         check_twice(fn, cpu, other)
     executed = torch_neuronx.get_executed_ops()
     fallbacks = torch_neuronx.get_fallback_ops()
@@ -456,7 +456,7 @@ def test_explicit_copies_between_devices():
         torch.neuron.synchronize(index)
 
 
-@pytest.mark.skipif(any(k in os.environ for k in ("NEURON_RT_VISIBLE_CORES", "TORCH_NEURONX_SIM_GENERATION",
+@pytest.mark.skipif(any(k in os.environ for k in ("NEURON_RT_VISIBLE_CORES", "TORCH_NEURONX_SIM_CONF",
                                                    "NEURON_RT_NUM_CORES")),
                     reason="custom topology")
 def test_device_count_default():

@@ -11,10 +11,9 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import torch_neuronx
+from helpers import run_py
 from torch_neuronx.ops.lowering_table import LOWERINGS
 from torch_neuronx.ops.tracking import get_fallback_kernels
-
-from helpers import run_py
 
 # One user-level call each, on tensors made beforehand: (inputs, call).
 CALLS = {

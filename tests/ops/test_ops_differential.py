@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import torch_neuronx
 from helpers import DEVICE, assert_same, check_grad_twice, check_twice, sync, to_device
 
 FLOAT_DTYPES = [torch.float32, torch.bfloat16]
@@ -941,7 +940,7 @@ def test_optimizer_steps(name, impl):
             opt.zero_grad()
             (model(x.to(dev)) - y.to(dev)).pow(2).mean().backward()
             opt.step()
-        for (n, pc), pd in zip(cpu_model.named_parameters(), dev_model.parameters()):
+        for pc, pd in zip(cpu_model.parameters(), dev_model.parameters()):
             assert_same(pc, pd, atol=1e-6, rtol=1e-5)
     sync()
     for pc, pd in zip(cpu_model.parameters(), dev_model.parameters()):

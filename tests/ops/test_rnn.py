@@ -119,7 +119,8 @@ def test_cells(cell, bias, dtype):
 
 def test_fused_cell_checks_sizes():
     gates = torch.randn(2, 8, device="neuron")
-    with pytest.raises(RuntimeError, match=r"_thnn_fused_lstm_cell on neuron: expected a hidden state of size \[2, 2\]"):
+    with pytest.raises(RuntimeError,
+                       match=r"_thnn_fused_lstm_cell on neuron: expected a hidden state of size \[2, 2\]"):
         torch.ops.aten._thnn_fused_lstm_cell(gates, gates, torch.randn(2, 3, device="neuron"))
     with pytest.raises(RuntimeError, match="_thnn_fused_gru_cell on neuron: expected 2-D input_gates"):
         torch.ops.aten._thnn_fused_gru_cell(gates, gates[:, :6], torch.randn(2, 2, device="neuron"))

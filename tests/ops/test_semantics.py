@@ -120,11 +120,11 @@ def test_async_ordering_read_after_write_and_write_after_read():
     a_cpu = torch.randn(64, 64)
     a = a_cpu.to(DEVICE)
     outs = []
-    for i in range(4):
+    for _ in range(4):
         outs.append(a * 2)  # launched, may still be queued
         a.add_(1)           # then the input is modified in place
     a_cpu_work = a_cpu.clone()
-    for i, o in enumerate(outs):
+    for o in outs:
         assert_same(a_cpu_work * 2, o)
         a_cpu_work.add_(1)
     assert_same(a_cpu_work, a)

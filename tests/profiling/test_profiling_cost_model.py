@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, cost_model
+from torch_neuronx.profiling import NeuronConfig, cost_model
 from torch_neuronx.profiling.analysis import tables
 from torch_neuronx.runtime import chips
 
@@ -204,6 +204,7 @@ def test_compiled_mlp_training_step_flops_are_the_hand_computed_matmul_sums(tmp_
 
 def test_graph_cost_writes_a_viewed_result_once_and_a_reused_kernel_name_is_ambiguous():
     from torch.fx.experimental.proxy_tensor import make_fx
+
     from torch_neuronx.compile import cost
     a, b = torch.randn(8, 16), torch.randn(16, 4)
     gm = make_fx(lambda a, b: ((a @ b).t(), a.t()))(a, b)  # a view of the result, a view of an input
@@ -334,6 +335,7 @@ def test_kernel_language_transposes_are_hardware_flops_not_model_flops():
 def test_a_compiled_graph_whose_flop_formula_fails_is_unestimated(monkeypatch):
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.utils.flop_counter import flop_registry
+
     from torch_neuronx.compile import cost
 
     def broken(*args, **kwargs):

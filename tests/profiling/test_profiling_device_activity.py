@@ -9,7 +9,6 @@ import time
 import warnings
 from pathlib import Path
 
-import pytest
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
@@ -106,7 +105,7 @@ def test_profiled_training_matches_unprofiled_training():
 
 def test_a_kernels_device_time_is_the_time_it_ran_on_the_core():
     """A kernel that sleeps 30 ms on the core is reported with at least those 30 ms."""
-    prof = record(lambda: torch_neuronx._C._launch_python_kernel(0, lambda: time.sleep(0.03), "test sleep", False))
+    prof = record(lambda: torch_neuronx._C._launch_python_kernel(0, lambda: time.sleep(0.03), "test sleep", wait=False))
     kernels = [k for k in device_events(prof) if k.name() == "test sleep"]
     assert len(kernels) == 1 and 30e6 <= kernels[0].duration_ns() < 60e9
 

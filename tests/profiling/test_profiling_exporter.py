@@ -1,10 +1,11 @@
-"""NeuronConfig / NeuronProfiler: the documented profiling example (docs/profiling.md), the output layout and the Parquet tables."""
+"""NeuronConfig / NeuronProfiler: the documented profiling example (docs/profiling.md), the output
+layout and the Parquet tables."""
 from __future__ import annotations
 
 import json
 import os
-import warnings
 import socket
+import warnings
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,8 +26,9 @@ def test_spec_profiler_example_runs_unchanged(tmp_path, capsys):
     out_dir = str(tmp_path)
     x = torch.randn(64, 256, device="neuron")
     # --- the example of docs/profiling.md, verbatim ---
-    from torch.profiler import profile, ProfilerActivity
-    from torch_neuronx.profiling import NeuronConfig, ProfileMode, NeuronProfiler
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
     nc = NeuronConfig(modes=[ProfileMode.DEVICE, ProfileMode.RUNTIME], profile_output_dir=out_dir,
                       capture_enabled_for_nc="0", correlate_device_time=True)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
@@ -203,7 +205,8 @@ def test_target_generation_selects_the_cost_model(tmp_path):
     assert trn3["Metadata"].to_pylist()[0]["target_generation"] == "trn3"
 
     def relu_estimate(tables: dict) -> float:
-        return next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "aten::relu")["estimated_chip_time_us"]
+        row = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "aten::relu")
+        return row["estimated_chip_time_us"]
     assert relu_estimate(trn3) < relu_estimate(trn2)  # memory-bound: 4.9 vs 2.9 TB/s
 
 

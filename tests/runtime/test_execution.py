@@ -16,6 +16,7 @@ import torch_neuronx
 from helpers import drain_errors, held_queue, run_py
 from torch_neuronx.runtime import inject_fault
 
+
 @pytest.fixture(autouse=True)
 def clean_queues():
     drain_errors()
@@ -63,7 +64,7 @@ def test_host_reads_wait_for_queued_work(capsys):
 
 def test_in_place_updates_are_ordered():
     x = torch.zeros(1000, device="neuron")
-    for i in range(200):
+    for _ in range(200):
         x.add_(1.0)
         x.mul_(1.0)
     assert x.cpu().eq(200.0).all()
@@ -162,7 +163,7 @@ def test_deferred_error_surfaces_at_synchronize():
     a_cpu, b_cpu, a, b = pair((40, 3), seed=2)
     (a * b).cpu()  # build the mul kernel for this signature
     inject_fault("aten::mul.Tensor", 1)
-    c = a * b  # queued: no exception at launch
+    _c = a * b  # queued: no exception at launch
     with pytest.raises(RuntimeError) as info:
         torch.neuron.synchronize()
     msg = str(info.value)
@@ -180,8 +181,8 @@ def test_earliest_error_wins():
     (a + b).cpu()
     inject_fault("aten::mul.Tensor", 1)
     inject_fault("aten::add.Tensor", 1)
-    c = a * b
-    d = a + b
+    _c = a * b
+    _d = a + b
     with pytest.raises(RuntimeError) as info:
         torch.neuron.synchronize()
     assert "aten::mul.Tensor" in str(info.value)
@@ -211,7 +212,7 @@ def test_deferred_error_on_a_side_stream_surfaces_at_device_synchronize():
     s = torch.neuron.Stream()
     inject_fault("aten::mul.Tensor", 1)
     with torch.neuron.stream(s):
-        c = a * b
+        _c = a * b
     with pytest.raises(RuntimeError, match="aten::mul.Tensor"):
         torch.neuron.synchronize()
     torch.neuron.synchronize()
@@ -221,7 +222,7 @@ def test_error_on_one_core_does_not_leak_to_another():
     a_cpu, b_cpu, a, b = pair((44, 3), device="neuron:1", seed=7)
     (a * b).cpu()
     inject_fault("aten::mul.Tensor", 1)
-    c = a * b
+    _c = a * b
     torch.neuron.synchronize(0)  # neuron:0 has no error
     with pytest.raises(RuntimeError, match="neuron:1"):
         torch.neuron.synchronize(1)
@@ -232,7 +233,7 @@ def test_fault_counts_consume_launches():
     (a * b).cpu()
     inject_fault("aten::mul.Tensor", 2)
     for _ in range(2):
-        c = a * b
+        _c = a * b
         with pytest.raises(RuntimeError, match="aten::mul.Tensor"):
             torch.neuron.synchronize()
     torch.testing.assert_close((a * b).cpu(), a_cpu * b_cpu)
@@ -254,7 +255,7 @@ def test_index_out_of_range_is_a_deferred_error(which):
         idx = idx.to("neuron")
         return torch.index_select(w, 0, idx) if which == "index_select" else torch.nn.functional.embedding(idx, w)
     torch.testing.assert_close(run(good).cpu(), w_cpu[good])  # builds the kernel
-    out = run(bad)  # queued with the same signature: no error yet
+    _out = run(bad)  # queued with the same signature: no error yet
     with pytest.raises(RuntimeError) as info:
         torch.neuron.synchronize()
     assert "index" in str(info.value) and "out of range" in str(info.value)
@@ -326,10 +327,10 @@ print("FALLBACKS", sorted(torch_neuronx.get_fallback_ops()))
 print("OK", torch.allclose((x * y).cpu(), ref))
 """, {"TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS": "1"}),
     "env_fault_default_policy": (_PRELUDE + """
-z = x * y  # fault from TORCH_NEURONX_INJECT_FAULT at the build launch: retried on the CPU
+z = x * y  # fault from TORCH_NEURONX_SIM_CONF inject_fault at the build launch: retried on the CPU
 print("FALLBACKS", sorted(torch_neuronx.get_fallback_ops()))
 print("OK", torch.allclose(z.cpu(), ref))
-""", {"TORCH_NEURONX_INJECT_FAULT": "aten::mul.Tensor:1"}),
+""", {"TORCH_NEURONX_SIM_CONF": "inject_fault:aten::mul.Tensor:1"}),
     "strict": (_PRELUDE + """
 try:
     r = torch.fake_quantize_per_tensor_affine(x, 0.1, 0, -128, 127)  # no device lowering: would run on the CPU
@@ -431,7 +432,7 @@ def test_warnings_of_queued_kernels_reach_pythons_warnings_system():
     torch.neuron.synchronize(2)
     for sync in ("synchronize", "cpu", "item"):
         gate = threading.Event()
-        torch_neuronx._C._launch_python_kernel(2, gate.wait, "test gate", False)  # keeps it queued
+        torch_neuronx._C._launch_python_kernel(2, gate.wait, "test gate", wait=False)  # keeps it queued
         std, _ = torch.std_mean(x, dim=0)  # on the worker, behind the gate
         gate.set()
         with warnings.catch_warnings():

@@ -12,10 +12,9 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import drain_errors, run_py
 from torch_neuronx import _C
 from torch_neuronx.runtime import kernel_counts
-
-from helpers import drain_errors, run_py
 
 
 @torch.compile(backend="neuron")
@@ -35,7 +34,7 @@ def claim_compute() -> None:
 
 def hand_compute_to_the_worker() -> None:
     """A kernel that never runs on the host: the worker has the compute threads afterwards."""
-    _C._launch_python_kernel(0, lambda: None, "test::noop", False)
+    _C._launch_python_kernel(0, lambda: None, "test::noop", wait=False)
     torch.neuron.synchronize()
 
 
@@ -49,7 +48,7 @@ def slow_kernel(target: torch.Tensor, value: float, seconds: float = 0.3) -> Non
     def body() -> None:
         time.sleep(seconds)
         _C._host_alias(target).fill_(value)
-    _C._launch_python_kernel(target.device.index, body, "test::slow", False)
+    _C._launch_python_kernel(target.device.index, body, "test::slow", wait=False)
 
 
 class Block(nn.Module):
@@ -213,7 +212,7 @@ def test_inline_kernels_off_queues_every_kernel():
     """
     import os
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = run_py(code.format(tests=tests), TORCH_NEURONX_INLINE_KERNELS="0")
+    proc = run_py(code.format(tests=tests), TORCH_NEURONX_SIM_CONF="inline_kernels:0")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["host"] == 0 and result["worker"] > 0

@@ -271,7 +271,7 @@ def test_oom_inside_an_operation(small_capacity):
     settle(dev)
     allocated = torch.neuron.memory_allocated(dev)
     with pytest.raises(torch.OutOfMemoryError, match="neuron:1"):
-        y = x * 2  # the 40 MiB result does not fit
+        x * 2  # the 40 MiB result does not fit
     settle(dev)
     assert torch.neuron.memory_allocated(dev) == allocated
     x.mul_(3)  # in place needs no new memory
@@ -387,7 +387,7 @@ def test_async_training_frees_everything_after_synchronize():
 
 def test_queue_depth_bounds_memory_held_by_queued_kernels():
     # Queued kernels keep their (already dropped) results alive until they run; the queue
-    # depth (TORCH_NEURONX_MAX_INFLIGHT_KERNELS, default 256) makes the host wait instead of
+    # depth (TORCH_NEURONX_SIM_CONF max_inflight_kernels, default 256) makes the host wait instead of
     # running ahead without limit.
     dev = 3
     x = torch.randn(512, 512, device="neuron:3")

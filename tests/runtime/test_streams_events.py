@@ -161,7 +161,7 @@ def test_record_event_returns_event():
 
 def sleeping_kernel(device: int, seconds: float) -> None:
     """A kernel that takes at least `seconds` on the core (a Python kernel that sleeps)."""
-    torch_neuronx._C._launch_python_kernel(device, lambda: time.sleep(seconds), "test sleep", False)
+    torch_neuronx._C._launch_python_kernel(device, lambda: time.sleep(seconds), "test sleep", wait=False)
 
 
 @pytest.mark.parametrize("make", [lambda: torch.Event(device="neuron", enable_timing=True),
@@ -254,7 +254,7 @@ def test_accelerator_api():
     torch.accelerator.set_stream(s)
     assert torch.accelerator.current_stream() == s
     assert torch.neuron.current_stream() == s
-    y = torch.randn(50, 50, device="neuron") @ torch.eye(50, device="neuron")
+    _y = torch.randn(50, 50, device="neuron") @ torch.eye(50, device="neuron")
     torch.accelerator.set_stream(torch.neuron.default_stream())
     torch.accelerator.synchronize()
     assert s.query()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -63,12 +64,12 @@ print(json.dumps({
 _CONFIGS = [
     ("default", {}, 4, 24 * GiB, [0, 1, 2, 3]),
     ("lnc1", {"NEURON_LOGICAL_NC_CONFIG": "1"}, 8, 12 * GiB, list(range(8))),
-    ("two_chips", {"TORCH_NEURONX_SIM_CHIPS": "2"}, 8, 24 * GiB, list(range(8))),
-    ("trn3", {"TORCH_NEURONX_SIM_GENERATION": "trn3"}, 4, 36 * GiB, [0, 1, 2, 3]),
+    ("two_chips", {"TORCH_NEURONX_SIM_CONF": "chips:2"}, 8, 24 * GiB, list(range(8))),
+    ("trn3", {"TORCH_NEURONX_SIM_CONF": "generation:trn3"}, 4, 36 * GiB, [0, 1, 2, 3]),
     ("visible_2", {"NEURON_RT_VISIBLE_CORES": "2"}, 1, 24 * GiB, [2]),
     ("visible_1_3", {"NEURON_RT_VISIBLE_CORES": "1-3"}, 3, 24 * GiB, [1, 2, 3]),
     # (also: the capacity override used for out-of-memory tests)
-    ("num_cores_2", {"NEURON_RT_NUM_CORES": "2", "TORCH_NEURONX_SIM_HBM_BYTES": str(1 << 26)},
+    ("num_cores_2", {"NEURON_RT_NUM_CORES": "2", "TORCH_NEURONX_SIM_CONF": f"hbm_bytes:{1 << 26}"},
      2, 1 << 26, [0, 1]),
 ]
 
@@ -113,11 +114,11 @@ def test_topology_details(reports):
     assert sum(reports["lnc1"]["total"]) == 96 * GiB
 
 
-_INVALID = [
-    ({"NEURON_LOGICAL_NC_CONFIG": "3"}, "NEURON_LOGICAL_NC_CONFIG"),
-    ({"NEURON_RT_VISIBLE_CORES": "7"}, "NEURON_RT_VISIBLE_CORES"),
-    ({"NEURON_RT_NUM_CORES": "9"}, "NEURON_RT_NUM_CORES"),
-    ({"TORCH_NEURONX_SIM_GENERATION": "trn9"}, "TORCH_NEURONX_SIM_GENERATION"),
+_INVALID = [  # (environment, how the warning names the setting)
+    ({"NEURON_LOGICAL_NC_CONFIG": "3"}, "NEURON_LOGICAL_NC_CONFIG="),
+    ({"NEURON_RT_VISIBLE_CORES": "7"}, "NEURON_RT_VISIBLE_CORES="),
+    ({"NEURON_RT_NUM_CORES": "9"}, "NEURON_RT_NUM_CORES="),
+    ({"TORCH_NEURONX_SIM_CONF": "generation:trn9"}, "TORCH_NEURONX_SIM_CONF: generation:trn9"),
 ]
 
 
@@ -143,7 +144,7 @@ def test_invalid_values_warn_naming_the_variable_and_leave_the_device_unavailabl
         assert proc.returncode == 0, f"{env}: {proc.stderr[-2000:]}"
         assert "IMPORTED 0 False [2.0, 2.0]" in proc.stdout, proc.stdout
         assert "REFUSED True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
-        assert f"RuntimeWarning: torch_neuronx: {var}=" in proc.stderr and "unavailable" in proc.stderr, proc.stderr
+        assert f"RuntimeWarning: torch_neuronx: {var}" in proc.stderr and "unavailable" in proc.stderr, proc.stderr
 
 
 def test_a_malformed_flag_warns_naming_it_and_keeps_the_default():
@@ -187,11 +188,11 @@ def test_from_env_defaults():
 
 @pytest.mark.parametrize("env,cores,hbm", [
     ({"NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(8)), 12 * GiB),
-    ({"TORCH_NEURONX_SIM_CHIPS": "2"}, tuple(range(8)), 24 * GiB),
-    ({"TORCH_NEURONX_SIM_CHIPS": "2", "NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(16)), 12 * GiB),
-    ({"TORCH_NEURONX_SIM_GENERATION": "trn3"}, (0, 1, 2, 3), 36 * GiB),
-    ({"TORCH_NEURONX_SIM_GENERATION": " TRN3 "}, (0, 1, 2, 3), 36 * GiB),
-    ({"TORCH_NEURONX_SIM_GENERATION": "trn3", "NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(8)), 18 * GiB),
+    ({"TORCH_NEURONX_SIM_CONF": "chips:2"}, tuple(range(8)), 24 * GiB),
+    ({"TORCH_NEURONX_SIM_CONF": "chips:2", "NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(16)), 12 * GiB),
+    ({"TORCH_NEURONX_SIM_CONF": "generation:trn3"}, (0, 1, 2, 3), 36 * GiB),
+    ({"TORCH_NEURONX_SIM_CONF": " generation: TRN3 "}, (0, 1, 2, 3), 36 * GiB),
+    ({"TORCH_NEURONX_SIM_CONF": "generation:trn3", "NEURON_LOGICAL_NC_CONFIG": "1"}, tuple(range(8)), 18 * GiB),
     ({"NEURON_RT_VISIBLE_CORES": "2"}, (2,), 24 * GiB),
     ({"NEURON_RT_VISIBLE_CORES": "1-3"}, (1, 2, 3), 24 * GiB),
     ({"NEURON_RT_VISIBLE_CORES": "0,2-3"}, (0, 2, 3), 24 * GiB),
@@ -199,8 +200,8 @@ def test_from_env_defaults():
     ({"NEURON_RT_NUM_CORES": "2"}, (0, 1), 24 * GiB),
     ({"NEURON_RT_NUM_CORES": "0"}, (0, 1, 2, 3), 24 * GiB),
     ({"NEURON_RT_VISIBLE_CORES": ""}, (0, 1, 2, 3), 24 * GiB),
-    ({"TORCH_NEURONX_SIM_HBM_BYTES": "1048576"}, (0, 1, 2, 3), 1 << 20),
-    ({"TORCH_NEURONX_SIM_CHIPS": "2", "NEURON_RT_VISIBLE_CORES": "6-7"}, (6, 7), 24 * GiB),
+    ({"TORCH_NEURONX_SIM_CONF": "hbm_bytes:1048576"}, (0, 1, 2, 3), 1 << 20),
+    ({"TORCH_NEURONX_SIM_CONF": "chips:2", "NEURON_RT_VISIBLE_CORES": "6-7"}, (6, 7), 24 * GiB),
 ])
 def test_from_env_configurations(env, cores, hbm):
     t = from_env(env)
@@ -217,7 +218,7 @@ def test_from_env_flags():
 
 def test_from_env_queue_depth():
     assert from_env({}).max_inflight == 256
-    assert from_env({"TORCH_NEURONX_MAX_INFLIGHT_KERNELS": "8"}).max_inflight == 8
+    assert from_env({"TORCH_NEURONX_SIM_CONF": "max_inflight_kernels:8"}).max_inflight == 8
 
 
 def test_from_env_reads_os_environ_by_default(monkeypatch):
@@ -229,19 +230,36 @@ def test_from_env_reads_os_environ_by_default(monkeypatch):
 @pytest.mark.parametrize("env,var", [
     ({"NEURON_LOGICAL_NC_CONFIG": "4"}, "NEURON_LOGICAL_NC_CONFIG"),
     ({"NEURON_LOGICAL_NC_CONFIG": "x"}, "NEURON_LOGICAL_NC_CONFIG"),
-    ({"TORCH_NEURONX_SIM_GENERATION": "inf2"}, "TORCH_NEURONX_SIM_GENERATION"),
-    ({"TORCH_NEURONX_SIM_CHIPS": "-1"}, "TORCH_NEURONX_SIM_CHIPS"),
+    ({"TORCH_NEURONX_SIM_CONF": "generation:inf2"}, "TORCH_NEURONX_SIM_CONF: generation:inf2"),
+    ({"TORCH_NEURONX_SIM_CONF": "chips:-1"}, "TORCH_NEURONX_SIM_CONF: chips:-1"),
     ({"NEURON_RT_NUM_CORES": "5"}, "NEURON_RT_NUM_CORES"),
     ({"NEURON_RT_NUM_CORES": "-1"}, "NEURON_RT_NUM_CORES"),
     ({"NEURON_RT_VISIBLE_CORES": "2", "NEURON_RT_NUM_CORES": "2"}, "NEURON_RT_NUM_CORES"),
     ({"NEURON_RT_VISIBLE_CORES": "4"}, "NEURON_RT_VISIBLE_CORES"),
     ({"NEURON_RT_VISIBLE_CORES": "0-7", "NEURON_LOGICAL_NC_CONFIG": "2"}, "NEURON_RT_VISIBLE_CORES"),
-    ({"TORCH_NEURONX_SIM_HBM_BYTES": "lots"}, "TORCH_NEURONX_SIM_HBM_BYTES"),
-    ({"TORCH_NEURONX_MAX_INFLIGHT_KERNELS": "0"}, "TORCH_NEURONX_MAX_INFLIGHT_KERNELS"),
+    ({"TORCH_NEURONX_SIM_CONF": "hbm_bytes:lots"}, "TORCH_NEURONX_SIM_CONF hbm_bytes='lots' is not an integer"),
+    ({"TORCH_NEURONX_SIM_CONF": "max_inflight_kernels:0"}, "max_inflight_kernels:0: expected at least 1"),
+    ({"TORCH_NEURONX_SIM_CONF": "inline_kernels:maybe"}, "inline_kernels:maybe is not a boolean"),
+    ({"TORCH_NEURONX_SIM_CONF": "chip:2"}, "'chip:2' is not key:value with a key of"),
+    ({"TORCH_NEURONX_SIM_CONF": "chips"}, "'chips' is not key:value"),
+    ({"TORCH_NEURONX_SIM_CHIPS": "2"},
+     "TORCH_NEURONX_SIM_CHIPS is no longer read: set TORCH_NEURONX_SIM_CONF=chips:2 instead"),
 ])
 def test_from_env_invalid(env, var):
-    with pytest.raises(ValueError, match=var):
+    with pytest.raises(ValueError, match=re.escape(var)):
         from_env(env)
+
+
+def test_sim_conf_settings_and_faults():
+    """One variable for the simulator's settings (as PYTORCH_CUDA_ALLOC_CONF): keys are
+    case-insensitive, spaces around items ignored, inject_fault repeatable with an optional count
+    (operator names contain colons)."""
+    t = from_env({"TORCH_NEURONX_SIM_CONF": "Inline_Kernels:off, autograd_device_threads:1,"
+                                            "inject_fault:aten::mul.Tensor:3,inject_fault:aten::add.Tensor"})
+    assert (t.inline_kernels, t.autograd_device_threads) == (False, True)
+    assert t.faults == (("aten::mul.Tensor", 3), ("aten::add.Tensor", 1))
+    d = from_env({})
+    assert (d.inline_kernels, d.autograd_device_threads, d.faults) == (True, False, ())
 
 
 def test_parse_core_list():

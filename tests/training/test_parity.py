@@ -1,5 +1,4 @@
 """The README's training loop, unchanged, on neuron against the CPU: loss curves and weights."""
-import pytest
 import torch
 from torch import nn
 

@@ -13,7 +13,10 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+
 import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_type picks test bases)
+
+# isort: split
 from torch.testing._internal.common_modules import ModuleInfo, module_db, modules
 from torch.testing._internal.common_utils import TestCase
 from torch.utils._pytree import tree_map

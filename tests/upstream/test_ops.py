@@ -19,16 +19,18 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 import torch
+
 import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_type picks test bases)
+
+# isort: split
 from torch.testing._internal.common_device_type import ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase
 from torch.testing._internal.opinfo.core import DecorateInfo, OpInfo, SampleInput
 from torch.utils._pytree import tree_flatten, tree_map
 
-from torch_neuronx.testing.conformance import expectations, opinfo, runner
-
 from helpers import instantiate_neuron_suites, tensors
+from torch_neuronx.testing.conformance import expectations, opinfo, runner
 
 # The conformance runner's CI operators, plus those whose device bugs these tests found (out=
 # strides of a view into a workspace; in-place through out= on a broadcast input; CPU indices).
@@ -44,7 +46,8 @@ SWEEP_DTYPES = (torch.float32, torch.bfloat16)
 KNOWN_FAILURES = {
     ("test_noncontiguous_samples", "as_strided_scatter", (torch.float32,)): "upstream-test-issue: with "
     "requires_grad, ATen's as_strided_scatter refuses noncontiguous inputs (an internal assert), on the CPU too",
-    ("test_noncontiguous_samples", "native_group_norm", SWEEP_DTYPES): "upstream-test-issue: the ATen kernel requires contiguous inputs, on the CPU too",
+    ("test_noncontiguous_samples", "native_group_norm", SWEEP_DTYPES): "upstream-test-issue: the ATen "
+    "kernel requires contiguous inputs, on the CPU too",
     ("test_out", "mode", SWEEP_DTYPES): "PyTorch's mode(out=) refuses devices other than CPU, CUDA and XPU",
 }
 # Tests that compare memory the operator leaves unwritten: they pass or fail by what that memory

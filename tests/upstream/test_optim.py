@@ -11,7 +11,10 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+
 import torch_neuronx  # noqa: F401  (registers `neuron` before common_device_type picks test bases)
+
+# isort: split
 from torch.testing._internal.common_optimizers import OptimizerInfo, optim_db, optims
 from torch.testing._internal.common_utils import TestCase
 from torch.utils._pytree import tree_map

@@ -21,8 +21,8 @@ from torch._dynamo.backends.common import aot_autograd
 
 from . import artifacts, cache, metrics, rng, settings
 from .executable import KERNEL_PREFIX, Executable
-from .generated_module import device_source, load_module
 from .flex_attention import accept_neuron_inputs
+from .generated_module import device_source, load_module
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
 
 _graph_ids = itertools.count()

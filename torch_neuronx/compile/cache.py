@@ -43,11 +43,11 @@ _FORMAT = "3"  # bump when the entry layout changes
 
 @functools.cache
 def _isa_probe() -> threading.Thread:
-    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
     # The probe imports setuptools, whose import adds and removes a finder at the front of
     # sys.meta_path; another thread importing at that moment can skip the path finder and fail
     # with "No module named ...". So that import happens here, on the calling thread.
     import torch.utils.cpp_extension  # noqa: F401
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
     probe = threading.Thread(target=valid_vec_isa_list, name="torch_neuronx-isa-probe", daemon=True)
     probe.start()
     return probe
@@ -223,9 +223,10 @@ def verify_inductor_files(root: Path) -> None:
                 changed.append(name)
         if changed:
             _write_manifest(root, manifest)
+            shown = ", ".join(changed[:3]) + (", ..." if len(changed) > 3 else "")
             warnings.warn(f"torch.compile(backend='neuron'): {len(changed)} file(s) of the compile cache {root} "
-                          f"changed since they were written ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}); "
-                          "deleted them, they will be built again.", stacklevel=3)
+                          f"changed since they were written ({shown}); deleted them, they will be built again.",
+                          stacklevel=3)
     _verified.add(root)
 
 

@@ -109,8 +109,9 @@ class Executable(OutputCode):
 
     def __init__(self, compiled: Callable[[list[Any]], Any], gm: fx.GraphModule, seeds: int,
                  region: str, kind: str, digest: str | None) -> None:
-        """``compiled``: the entry function of the generated module (``generated_module.device_source``), taking the boxed host
-        inputs (then ``seeds`` random seeds, when the graph has random ops); ``gm``: the graph it
+        """``compiled``: the entry function of the generated module
+        (``generated_module.device_source``), taking the boxed host inputs (then ``seeds`` random
+        seeds, when the graph has random ops); ``gm``: the graph it
         was compiled from, whose output metadata gives the outputs' layouts; ``region`` and
         ``kind`` name the kernel on the queue and in profiles (``<region>_<kind>``, e.g.
         ``neuron::compiled_graph_3_forward``); ``digest``: its executable-cache entry (None: not
@@ -176,7 +177,7 @@ class Executable(OutputCode):
             ran["hosts"] = _C._host_aliases(inputs)
             ran["results"], ran["made"] = _C._record_compiled_graph(self.compiled, list(ran["hosts"]))
 
-        _C._launch_python_kernel(device, kernel, self.name, True)
+        _C._launch_python_kernel(device, kernel, self.name, wait=True)
         plan = _learn(self.outputs, ran["made"], ran["hosts"], ran["results"])
         self.graph = _C._CompiledGraph(self.compiled, self.name, plan.buffer_specs, plan.outputs,
                                        plan.buffer_of_allocation, plan.copies)
@@ -189,5 +190,5 @@ class Executable(OutputCode):
             for i, b in plan.copies:
                 buffer_hosts[b].copy_(ran["results"][i])
 
-        _C._launch_python_kernel(device, fill, self.name, False)
+        _C._launch_python_kernel(device, fill, self.name, wait=False)
         return outputs

@@ -18,7 +18,7 @@ def cache_dir() -> Path | None:
     if configured:
         return usable_root(Path(configured).expanduser())
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return usable_root(Path(base) / "torch_neuronx" / "neff_cache")
+    return usable_root(Path(base) / "torch_neuronx" / "compile_cache")
 
 
 def fallback_execution(options: dict[str, Any] | None) -> bool:

@@ -7,7 +7,6 @@ earliest error a kernel reported.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +15,30 @@ import torch
 from .. import _C
 from ..runtime import current_topology as _topology
 from ..runtime.devices import device_index as _device_index
-from .memory import (empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info,
-                     memory_allocated, memory_reserved, memory_stats, memory_summary,
-                     reset_accumulated_memory_stats, reset_peak_memory_stats)
-from .random import (get_rng_state, get_rng_state_all, initial_seed, manual_seed,
-                     manual_seed_all, seed, seed_all, set_rng_state, set_rng_state_all)
-from .streams import Event, Stream, current_stream, default_stream, set_stream, stream, StreamContext
+from .memory import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+from .random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
 
 __all__ = [
     "is_available", "device_count", "current_device", "set_device", "device", "device_of",

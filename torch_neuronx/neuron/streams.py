@@ -72,7 +72,7 @@ class Event(metaclass=_EventMeta):
     """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
-                device: Any = None) -> torch.Event:  # type: ignore[misc]
+                device: Any = None) -> torch.Event:
         if interprocess:
             raise NotImplementedError("Event(interprocess=True) is not supported on neuron")
         return torch.Event(device="neuron" if device is None else device,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .. import _C
+from ..runtime import current_topology
 from ..runtime.topology import env_flag
 from .lowering_table import BOOL_INDEX_SYNC_OPS, LOWERINGS
 
@@ -12,24 +13,21 @@ def register_lowerings() -> None:
     """Register the native kernel of each table entry for the neuron dispatch key, and the nested
     tensor kernel for the operators whose decomposition does not hold for nested tensors."""
     for entry in LOWERINGS:
-        _C._register_native_op(entry.op, entry.mode == "sync", entry.out_overload or "",
-                               entry.op in BOOL_INDEX_SYNC_OPS)
+        _C._register_native_op(entry.op, sync=entry.mode == "sync", out_overload=entry.out_overload or "",
+                               bool_index_sync=entry.op in BOOL_INDEX_SYNC_OPS)
     _C._register_nested_kernels()
 
 
 def apply_policies_from_env() -> None:
     """``TORCH_NEURONX_STRICT_FALLBACK=1``: CPU fallbacks raise instead of running.
     ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``: a device kernel that fails is reported
-    instead of being retried on the CPU. ``TORCH_NEURONX_INJECT_FAULT=op[:count][,op[:count]]``:
-    inject kernel faults (testing the error paths of an application)."""
+    instead of being retried on the CPU. ``TORCH_NEURONX_SIM_CONF=inject_fault:op[:count]``: inject
+    kernel faults (testing the error paths of an application)."""
     _C._set_strict_fallback(env_flag(os.environ, "TORCH_NEURONX_STRICT_FALLBACK"))
     only_unimplemented = env_flag(os.environ, "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS")
     _C._set_retry_failed_kernels_on_cpu(not only_unimplemented)
-    for spec in filter(None, os.environ.get("TORCH_NEURONX_INJECT_FAULT", "").split(",")):
-        op, _, count = spec.strip().rpartition(":")
-        if not count.isdigit():  # no count given: "aten::mul.Tensor"
-            op, count = spec.strip(), "1"
-        _C._inject_fault(op, int(count))
+    for op, count in current_topology().faults:
+        _C._inject_fault(op, count)
 
 
 def set_strict_fallback(strict: bool) -> None:

@@ -13,8 +13,8 @@ import os
 import platform
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa

@@ -172,5 +172,5 @@ def transfer_seconds(bytes_moved: int) -> float:
     return bytes_moved / HOST_LINK_BYTES_PER_S
 
 
-__all__ = ["CostModelError", "Estimate", "estimate", "estimate_copy", "estimate_compiled", "hardware", "transfer_seconds",
-           "HOST_LINK_BYTES_PER_S", "TENSOR", "VECTOR", "DMA"]
+__all__ = ["CostModelError", "Estimate", "estimate", "estimate_copy", "estimate_compiled", "hardware",
+           "transfer_seconds", "HOST_LINK_BYTES_PER_S", "TENSOR", "VECTOR", "DMA"]

@@ -124,7 +124,8 @@ target chip, not a measurement.</p></body></html>
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.profiling.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m torch_neuronx.profiling.report",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=Path, help="profile_output_dir, or one exported profile directory")
     args = parser.parse_args(argv)
     try:

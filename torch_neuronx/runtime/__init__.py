@@ -5,7 +5,7 @@ import torch
 
 from .. import _C
 from .devices import device_index as _device_index
-from .topology import Topology, from_env
+from .topology import Topology
 
 _topology: Topology | None = None
 
@@ -42,6 +42,6 @@ def inject_fault(op: str, count: int = 1) -> None:
 def kernel_counts(device: torch.types.Device = None) -> dict[str, int]:
     """Kernels a core has executed so far: ``worker`` — by its worker thread, from the queue;
     ``host`` — on the launching thread, because the core was idle (see docs/architecture.md,
-    "Kernels on an idle core"; ``TORCH_NEURONX_INLINE_KERNELS=0`` queues every kernel)."""
+    "Kernels on an idle core"; ``TORCH_NEURONX_SIM_CONF=inline_kernels:0`` queues every kernel)."""
     worker, host = _C._kernel_counts(_device_index(device))
     return {"worker": worker, "host": host}

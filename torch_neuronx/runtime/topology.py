@@ -1,11 +1,11 @@
-"""Topology of the simulated NeuronCores, read from the Neuron runtime's environment variables.
+"""Topology and settings of the simulated NeuronCores, read from the environment once.
 
-``NEURON_LOGICAL_NC_CONFIG`` (1 or 2, default 2): physical cores per logical core.
-``NEURON_RT_VISIBLE_CORES`` (``"0-3"``, ``"2"``, ``"0,2"``): which logical cores this process uses.
-``NEURON_RT_NUM_CORES``: how many cores this process uses (the first N visible ones).
-Simulator settings: ``TORCH_NEURONX_SIM_CHIPS`` (chips, default 1),
-``TORCH_NEURONX_SIM_GENERATION`` (``trn2`` default, or ``trn3``) and
-``TORCH_NEURONX_SIM_HBM_BYTES`` (per-core capacity override, e.g. for out-of-memory tests).
+The Neuron runtime's variables: ``NEURON_LOGICAL_NC_CONFIG`` (1 or 2, default 2): physical cores
+per logical core; ``NEURON_RT_VISIBLE_CORES`` (``"0-3"``, ``"2"``, ``"0,2"``): which logical cores
+this process uses; ``NEURON_RT_NUM_CORES``: how many (the first N visible ones);
+``NEURON_LAUNCH_BLOCKING``. The simulator's own settings are one variable, written as PyTorch's
+``PYTORCH_CUDA_ALLOC_CONF``: ``TORCH_NEURONX_SIM_CONF="generation:trn3,chips:2"`` (keys in
+``SIM_CONF_KEYS``; docs/environment.md).
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ class Topology:
     capture_stack: bool
     max_inflight: int = 256
     inline_kernels: bool = True  # kernels may run on the launching thread when the core is idle
+    autograd_device_threads: bool = False  # keep PyTorch's autograd device threads
+    faults: tuple[tuple[str, int], ...] = ()  # (operator, count) injected at start
 
     @property
     def chip(self) -> Chip:
@@ -55,7 +57,7 @@ def env_flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     return default
 
 
-def _int(env: dict[str, str], name: str, default: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -63,6 +65,52 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+SIM_CONF = "TORCH_NEURONX_SIM_CONF"
+# Its keys and what each is (docs/environment.md has the full meaning). inject_fault may repeat.
+SIM_CONF_KEYS = {
+    "generation": "trn2 or trn3",
+    "chips": "number of simulated chips",
+    "hbm_bytes": "capacity of each core's memory pool in bytes",
+    "max_inflight_kernels": "depth of each core's queue",
+    "inline_kernels": "0: every kernel runs on the core's worker thread",
+    "autograd_device_threads": "1: keep PyTorch's autograd device threads",
+    "inject_fault": "op[:count]: the next count executions of op's device kernel fail",
+}
+# Variables of earlier releases, now keys of TORCH_NEURONX_SIM_CONF.
+_FOLDED = {"TORCH_NEURONX_SIM_GENERATION": "generation", "TORCH_NEURONX_SIM_CHIPS": "chips",
+           "TORCH_NEURONX_SIM_HBM_BYTES": "hbm_bytes", "TORCH_NEURONX_MAX_INFLIGHT_KERNELS": "max_inflight_kernels",
+           "TORCH_NEURONX_INLINE_KERNELS": "inline_kernels",
+           "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS": "autograd_device_threads",
+           "TORCH_NEURONX_INJECT_FAULT": "inject_fault"}
+
+
+def sim_conf(env: Mapping[str, str]) -> tuple[dict[str, str], tuple[tuple[str, int], ...]]:
+    """``TORCH_NEURONX_SIM_CONF`` as (settings by key, injected faults)."""
+    for old, key in _FOLDED.items():
+        if old in env:
+            raise ValueError(f"{old} is no longer read: set {SIM_CONF}={key}:{env[old]} instead")
+    settings: dict[str, str] = {}
+    faults: list[tuple[str, int]] = []
+    for item in filter(None, (part.strip() for part in env.get(SIM_CONF, "").split(","))):
+        key, colon, value = item.partition(":")  # at the first colon: operator names have more
+        key, value = key.strip().lower(), value.strip()
+        if key not in SIM_CONF_KEYS or not colon:
+            raise ValueError(f"{SIM_CONF}: {item!r} is not key:value with a key of {sorted(SIM_CONF_KEYS)}")
+        if key == "inject_fault":
+            op, _, count = value.rpartition(":")
+            faults.append((op, int(count)) if count.isdigit() else (value, 1))  # no count: "aten::mul.Tensor"
+        else:
+            settings[key] = value
+    return settings, tuple(faults)
+
+
+def _conf_flag(settings: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = settings.get(key, "").lower()
+    if raw and raw not in _TRUE + _FALSE:
+        raise ValueError(f"{SIM_CONF}: {key}:{raw} is not a boolean (1/0, true/false, yes/no or on/off)")
+    return raw in _TRUE if raw else default
 
 
 def parse_core_list(spec: str, total: int) -> tuple[int, ...]:
@@ -101,18 +149,20 @@ def from_env_or_unavailable(env: dict[str, str] | None = None) -> Topology:
         return replace(from_env({}), visible_cores=())
 
 
-def from_env(env: dict[str, str] | None = None) -> Topology:
+def from_env(env: Mapping[str, str] | None = None) -> Topology:
     """Build the topology this process sees from its environment."""
     env = dict(os.environ if env is None else env)
-    generation = env.get("TORCH_NEURONX_SIM_GENERATION", "trn2").strip().lower()
+    settings, faults = sim_conf(env)
+    conf = {f"{SIM_CONF} {key}": value for key, value in settings.items()}  # named so in errors
+    generation = settings.get("generation", "trn2").lower()
     if generation not in CHIPS:
-        raise ValueError(f"TORCH_NEURONX_SIM_GENERATION={generation!r}: expected one of {sorted(CHIPS)}")
+        raise ValueError(f"{SIM_CONF}: generation:{generation}: expected one of {sorted(CHIPS)}")
     config = _int(env, "NEURON_LOGICAL_NC_CONFIG", 2)
     if config not in (1, 2):
         raise ValueError(f"NEURON_LOGICAL_NC_CONFIG={config}: expected 1 or 2")
-    chips = _int(env, "TORCH_NEURONX_SIM_CHIPS", 1)
+    chips = _int(conf, f"{SIM_CONF} chips", 1)
     if chips < 1:
-        raise ValueError(f"TORCH_NEURONX_SIM_CHIPS={chips}: expected at least 1")
+        raise ValueError(f"{SIM_CONF}: chips:{chips}: expected at least 1")
     per_chip = CHIPS[generation].physical_cores // config
     total = per_chip * chips
     visible = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
@@ -122,12 +172,14 @@ def from_env(env: dict[str, str] | None = None) -> Topology:
         raise ValueError(f"NEURON_RT_NUM_CORES={num}: only {len(cores)} cores are visible")
     if num:
         cores = cores[:num]
-    hbm = _int(env, "TORCH_NEURONX_SIM_HBM_BYTES", logical_core(generation, config).hbm_bytes)
-    inflight = _int(env, "TORCH_NEURONX_MAX_INFLIGHT_KERNELS", 256)
+    hbm = _int(conf, f"{SIM_CONF} hbm_bytes", logical_core(generation, config).hbm_bytes)
+    inflight = _int(conf, f"{SIM_CONF} max_inflight_kernels", 256)
     if inflight < 1:
-        raise ValueError(f"TORCH_NEURONX_MAX_INFLIGHT_KERNELS={inflight}: expected at least 1")
+        raise ValueError(f"{SIM_CONF}: max_inflight_kernels:{inflight}: expected at least 1")
     return Topology(generation, config, chips, cores, hbm,
                     launch_blocking=env_flag(env, "NEURON_LAUNCH_BLOCKING"),
                     capture_stack=env_flag(env, "TORCH_NEURONX_ENABLE_STACK_TRACE"),
                     max_inflight=inflight,
-                    inline_kernels=env_flag(env, "TORCH_NEURONX_INLINE_KERNELS", True))
+                    inline_kernels=_conf_flag(settings, "inline_kernels", True),
+                    autograd_device_threads=_conf_flag(settings, "autograd_device_threads", False),
+                    faults=faults)

@@ -19,13 +19,24 @@ namespace {
 
 int failures = 0;
 
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      std::printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);    \
-      ++failures;                                                                \
-    }                                                                            \
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      std::printf("  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                            \
+    }                                                                        \
   } while (0)
+
+// Whether `f()` throws an E.
+template <class E, class F>
+bool throws(F&& f) {
+  try {
+    f();
+  } catch (const E&) {
+    return true;
+  }
+  return false;
+}
 
 // A kernel that holds the queue until released (or 10 s have passed, so a broken test fails
 // instead of hanging).
@@ -225,6 +236,30 @@ void idle_core_runs_inline_and_busy_core_refuses() {
   q.synchronize();
 }
 
+void injected_faults_fail_their_kernels_fault_points_count_times() {
+  FaultInjector faults;
+  int thrown = 0;
+  auto point = [&](const std::string& kernel) { thrown += throws<InjectedFault>([&] { faults.check(kernel); }); };
+  point("k");
+  CHECK(thrown == 0 && !faults.pending("k"));
+  faults.inject("k", 2);
+  CHECK(faults.pending("k") && !faults.pending("other"));
+  point("other");
+  point("k");
+  point("k");
+  point("k");
+  CHECK(thrown == 2 && !faults.pending("k"));
+  faults.inject("k", 5);
+  faults.inject("k", 0);  // cleared
+  point("k");
+  CHECK(thrown == 2);
+}
+
+void the_runtime_has_no_cores_until_configured() {
+  CHECK(Runtime::get().device_count() == 0);
+  CHECK(throws<std::out_of_range>([] { Runtime::get().core(0); }));
+}
+
 void cores_run_side_by_side() {
   Topology t;
   t.visible_cores = {0, 1};
@@ -245,20 +280,8 @@ void cores_run_side_by_side() {
   Block* blk = a.pool.allocate(1000, 0);
   CHECK(a.pool.stats().allocated_bytes.all.current == 1024 && b.pool.stats().allocated_bytes.all.current == 0);
   a.pool.free(blk);
-  bool reconfigure_refused = false;
-  try {
-    Runtime::get().configure(t);
-  } catch (const std::runtime_error&) {
-    reconfigure_refused = true;
-  }
-  CHECK(reconfigure_refused);
-  bool bad_index = false;
-  try {
-    Runtime::get().core(2);
-  } catch (const std::out_of_range&) {
-    bad_index = true;
-  }
-  CHECK(bad_index);
+  CHECK(throws<std::runtime_error>([&] { Runtime::get().configure(t); }));  // reconfiguring is refused
+  CHECK(throws<std::out_of_range>([] { Runtime::get().core(2); }));
 }
 
 }  // namespace
@@ -275,6 +298,9 @@ int main() {
       {"frees_are_stream_ordered", frees_are_stream_ordered},
       {"allocation_waits_for_blocks_queued_kernels_use", allocation_waits_for_blocks_queued_kernels_use},
       {"idle_core_runs_inline_and_busy_core_refuses", idle_core_runs_inline_and_busy_core_refuses},
+      {"injected_faults_fail_their_kernels_fault_points_count_times",
+       injected_faults_fail_their_kernels_fault_points_count_times},
+      {"the_runtime_has_no_cores_until_configured", the_runtime_has_no_cores_until_configured},
       {"cores_run_side_by_side", cores_run_side_by_side},  // last: it configures the process's runtime
   };
   int failed = 0;

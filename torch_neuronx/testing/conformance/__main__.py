@@ -19,7 +19,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-grad", action="store_true", help="skip the gradient comparison")
     p.add_argument("--expectations", default=None, help="expectations JSON (default: the packaged one)")
     p.add_argument("--out", default=None, help="directory for results.csv and summary.md")
-    p.add_argument("--summary", default=None, help="write the Markdown summary here (docs/operator-coverage.md: its generated section)")
+    p.add_argument("--summary", default=None, help="write the Markdown summary here (docs/operator-coverage.md: "
+                   "its generated section) and its figures as JSON next to it")
     p.add_argument("--chart", default=None, help="write the PNG chart here (needs matplotlib)")
     p.add_argument("--from-csv", default=None, help="regenerate summary/chart from a results CSV")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -59,15 +60,14 @@ def main(argv=None) -> int:
     s = None
     if a.summary:
         s = report.write_markdown(rows, a.summary, command=command, seconds=elapsed)
+        report.write_figures(rows, os.path.splitext(a.summary)[0] + ".json", command, elapsed)
     if a.chart:
         report.write_chart(rows, a.chart)
     s = s or report.summarize(rows)
     o = s["outcomes"]
     print(f"{s['rows']} samples: " + ", ".join(f"{k}={o.get(k, 0)}" for k in
                                                ("pass", "mismatch", "error", "xfail", "xpass", "skipped")))
-    print(f"pass rate over enabled samples: {100 * s['pass_rate']:.2f}% ({s['enabled']} enabled); "
-          f"operators native on fp32/bf16: {s['ops_native']}/{s['ops_exercised']}"
-          + (f"; {elapsed:.0f}s" if elapsed is not None else ""))
+    print(report.figures(s)["headline"] + (f" ({elapsed:.0f}s)" if elapsed is not None else ""))
     if o.get("xpass"):
         print(f"XPASS: {o['xpass']} samples marked xfail now pass: remove their expectations", file=sys.stderr)
     if a.strict and s["unexpected"]:

@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import collections
 import csv
+import json
 import os
 
 from .runner import COLUMNS, FLOAT64_INTERNAL_REASON, FLOAT64_REASON
 
 ENABLED = ("pass", "mismatch", "error", "xfail", "xpass")   # samples that ran (not skipped)
 FAILED = ("mismatch", "error")
+# Where an enabled sample ran: the headline counts only samples run by the device's own kernels.
+SCOPES = {"device": "run by native kernels on the device", "fallback": "that used the CPU fallback",
+          "host": "in float64 (on the host by policy)"}
+NUMERICS_NOTE = ("Native kernels run PyTorch's CPU kernels on device memory, so this rate validates "
+                 "dispatch, layouts, aliasing, dtype policy and asynchrony, not chip numerics.")
 NATIVE_SHARE_DTYPES = ("float32", "bfloat16")
 BY_DESIGN_REASONS = {FLOAT64_REASON, FLOAT64_INTERNAL_REASON, "complex intermediate"}
 
@@ -27,6 +33,7 @@ def read_csv(path):
     for r in rows:
         r["sample"] = int(r["sample"])
         r["seconds"] = float(r["seconds"] or 0)
+        r.setdefault("cpu_raised", "")  # CSVs of runs before the CPU-raised samples were run
     return rows
 
 
@@ -63,23 +70,39 @@ def family(op: str) -> str:
     return "elementwise/shape/other"
 
 
+def scope(row) -> str:
+    """``host`` for float64 samples (every float64 operation runs on the host by policy, so even a
+    view with no kernel proves nothing about the device), ``fallback`` when an operator of the
+    sample fell back to the CPU, else ``device``."""
+    if row["dtype"] == "float64":
+        return "host"
+    return "fallback" if row["mode"] == "fallback" else "device"
+
+
 def summarize(rows):
     s = {}
     s["rows"] = len(rows)
     s["outcomes"] = collections.Counter(r["outcome"] for r in rows)
     enabled = [r for r in rows if r["outcome"] in ENABLED]
     s["enabled"] = len(enabled)
-    passing = [r for r in enabled if r["outcome"] in ("pass", "xpass")]
-    s["pass_rate"] = len(passing) / len(enabled) if enabled else 1.0
     s["skip_categories"] = collections.Counter(r["category"] or "(none)" for r in rows
                                                if r["outcome"] == "skipped")
     s["xfail_categories"] = collections.Counter(r["category"] or "(none)" for r in rows
                                                 if r["outcome"] == "xfail")
     per_dtype = collections.defaultdict(collections.Counter)
     for r in enabled:
-        per_dtype[r["dtype"]]["enabled"] += 1
-        per_dtype[r["dtype"]]["pass"] += r["outcome"] in ("pass", "xpass")
+        c, where = per_dtype[r["dtype"]], scope(r)
+        c["enabled"] += 1
+        c[where] += 1
+        c[where + " pass"] += r["outcome"] in ("pass", "xpass")
     s["per_dtype"] = per_dtype
+    scopes = {name: collections.Counter() for name in SCOPES}
+    for r in enabled:
+        c = scopes[scope(r)]
+        c["enabled"] += 1
+        c[r["outcome"]] += 1
+        c["cpu_raised"] += bool(r.get("cpu_raised"))
+    s["scopes"] = scopes
     # Native share by operator (OpInfo key), over float32/bfloat16 samples that ran on the device.
     ops_mode = collections.defaultdict(lambda: {"native": 0, "fallback": 0, "fallback_ops": set(),
                                                       "reasons": set()})
@@ -100,6 +123,8 @@ def summarize(rows):
     s["ops_exercised"] = len(ops_mode)
     s["ops_native"] = sum(1 for m in ops_mode.values() if m["fallback"] == 0)
     s["ops_by_design"] = sum(1 for m in ops_mode.values() if m["by_design"])
+    s["ops_missing"] = {k: sorted(m["fallback_ops"]) for k, m in sorted(ops_mode.items())
+                        if m["fallback"] and not m["by_design"]}
     per_op = collections.defaultdict(collections.Counter)
     for r in rows:
         per_op[key(r)][r["outcome"]] += 1
@@ -120,6 +145,44 @@ def _pct(x):
     return f"{100 * x:.2f}%"
 
 
+def _rate(c) -> str:
+    return _pct((c["pass"] + c["xpass"]) / c["enabled"]) if c["enabled"] else "n/a"
+
+
+def figures(s, seconds=None) -> dict[str, str]:
+    """The figures other pages quote (README.md), worded here so that they are generated: the
+    device headline, the samples counted apart, the native share with what falls back and why."""
+    dev = s["scopes"]["device"]
+    n_ex, n_nat, n_design = s["ops_exercised"], s["ops_native"], s["ops_by_design"]
+    missing = "; ".join(f"{k}: {', '.join(ops)}" for k, ops in s["ops_missing"].items())
+    native = (f"{n_nat} of {n_ex} operators ({_pct(n_nat / n_ex if n_ex else 1)}) native on every "
+              f"float32/bfloat16 sample, {n_design} falling back by design for some samples (float64 "
+              f"or complex tensors), {len(s['ops_missing'])} for a missing lowering"
+              + (f" ({missing})" if missing else ""))
+    apart = ", ".join(f"{s['scopes'][k]['enabled']:,} samples {SCOPES[k]} ({_rate(s['scopes'][k])} pass)"
+                      for k in ("fallback", "host"))
+    device = (f"{_rate(dev)} of {dev['enabled']:,} samples {SCOPES['device']} match the CPU "
+              f"({dev['mismatch']:,} mismatches, {dev['error']:,} errors, {dev['xfail']:,} expected "
+              f"failures with reasons; {dev['cpu_raised']:,} of the samples check that the device "
+              f"raises where the CPU does)")
+    result = {"device_pass_rate": _rate(dev), "device_samples": f"{dev['enabled']:,}",
+              "mismatches": f"{dev['mismatch']:,}", "device": device, "counted_apart": apart,
+              "native_operators": native,
+              "headline": f"{device}; counted apart: {apart}. {NUMERICS_NOTE} {native}"}
+    result["wall_time"] = f"{seconds / 60:.1f} min" if seconds is not None else "not recorded"
+    return result
+
+
+def write_figures(rows, path, command=None, seconds=None) -> dict[str, str]:
+    """JSON next to the summary: where and when the run happened, and :func:`figures`."""
+    from torch_neuronx.testing.provenance import provenance
+    result = figures(summarize(rows), seconds)
+    with open(path, "w") as f:
+        json.dump({**provenance(), "command": command, "figures": result}, f, indent=1)
+        f.write("\n")
+    return result
+
+
 def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=None, seconds=None,
                    expectations=None, top=25):
     s = summarize(rows)
@@ -135,10 +198,11 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
     lines.append("")
     lines += ["## How to run", "",
               "```bash",
-              "# the full sweep (9 dtypes, every sample; ~6 min with 2 workers on 2 cores):",
+              "# the full sweep (9 dtypes, every sample; its wall time is below), then the README's figures:",
               "python -m torch_neuronx.testing.conformance --workers 2 --out /tmp/conformance \\",
               "    --summary docs/operator-coverage.md --chart docs/conformance.png",
-              "# the fast CI subset (~50 operators, 4 dtypes, 3 samples each; ~15 s):",
+              "python benchmarks/results.py",
+              "# the fast CI subset (~50 operators, 4 dtypes, 3 samples each):",
               "python -m torch_neuronx.testing.conformance --subset fast",
               "# one operator family while working on it:",
               "python -m torch_neuronx.testing.conformance --ops nn.functional.conv2d --dtypes float32,float64",
@@ -151,11 +215,15 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
               "(per operator and dtype), `--workers K` (spawned processes), `--no-grad`, `--out DIR` "
               "(`results.csv` with one row per sample, `summary.md`), `--summary FILE`, `--chart FILE` "
               "(PNG, needs matplotlib, skipped with a message without it), `--from-csv FILE` "
-              "(regenerate the reports), `--strict` (exit 1 on an unexpected outcome).", "",
+              "(regenerate the reports), `--strict` (exit 1 on an unexpected outcome). `--summary FILE.md` "
+              "also writes `FILE.json`: provenance and the figures README.md quotes.", "",
               "Outcomes: `pass`; `mismatch` (dtype, shape, strides, device or values differ from the "
-              "CPU, in the forward results or the float32 gradients of the sum of the outputs); "
-              "`error` (the device raised, including deferred errors raised by the "
-              "`torch.neuron.synchronize()` after each sample); `skipped` (with a category); `xfail` "
+              "CPU, in the forward results or the float32 gradients of the sum of the outputs; or one "
+              "side raised and the other did not, including deferred errors raised by the "
+              "`torch.neuron.synchronize()` after each sample; or both raised, with different exception "
+              "classes); `error` (the comparison itself failed, or the runner did); a sample whose CPU "
+              "reference raises runs on the device too and passes when the device raises the same "
+              "exception class; `skipped` (with a category); `xfail` "
               "and `xpass` from `torch_neuronx/testing/conformance/expectations.json`. An `xfail` "
               "entry covers an (operator, variant, dtype) group: its failing samples become `xfail`; "
               "if none fails, all become `xpass`, which the CI test rejects, so the file cannot rot. "
@@ -171,16 +239,23 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
         lines.append(f"| {name} | {o.get(name, 0)} |")
     lines.append(f"| **total** | {s['rows']} |")
     lines.append("")
-    lines.append(f"**Pass rate over enabled samples: {_pct(s['pass_rate'])}** "
-                 f"({o.get('pass', 0) + o.get('xpass', 0)} of {s['enabled']}; enabled = not skipped; "
-                 f"expected failures count as failures).")
-    lines.append("")
-    lines += ["| dtype | enabled | pass | pass rate |", "|---|---|---|---|"]
+    f = figures(s)
+    lines += [f"**Device: {f['device']}.** {NUMERICS_NOTE} Counted apart (expected failures count as "
+              f"failures): {f['counted_apart']}.", "",
+              "| where the sample ran | samples | pass | mismatch | error | xfail | xpass | pass rate |",
+              "|---|---|---|---|---|---|---|---|"]
+    for name, c in s["scopes"].items():
+        lines.append(f"| samples {SCOPES[name]} | {c['enabled']} | {c['pass']} | {c['mismatch']} | {c['error']} | "
+                     f"{c['xfail']} | {c['xpass']} | {_rate(c)} |")
+    lines += ["", "| dtype | samples | native kernels | pass rate (native) | CPU fallback | host |",
+              "|---|---|---|---|---|---|"]
     from .runner import ALL_DTYPES
     for d in ALL_DTYPES:
         c = s["per_dtype"].get(d)
         if c:
-            lines.append(f"| {d} | {c['enabled']} | {c['pass']} | {_pct(c['pass'] / c['enabled'])} |")
+            native = _pct(c["device pass"] / c["device"]) if c["device"] else "n/a"
+            lines.append(f"| {d} | {c['enabled']} | {c['device']} | {native} | {c['fallback']} | "
+                         f"{c['host']} |")
     lines.append("")
     lines += ["## Skips and expected failures by category", "",
               "| category | skipped | xfail |", "|---|---|---|"]
@@ -190,13 +265,9 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
     if not cats:
         lines.append("| (none) | 0 | 0 |")
     lines.append("")
-    n_ex, n_nat, n_design = s["ops_exercised"], s["ops_native"], s["ops_by_design"]
     lines += ["## Native vs fallback", "",
-              f"Of {n_ex} operators exercised with float32/bfloat16 samples, **{n_nat} "
-              f"({_pct(n_nat / n_ex if n_ex else 1)}) ran natively** on every sample; {n_design} fell "
-              f"back to the CPU by design for some samples (float64 or complex tensors) and "
-              f"{n_ex - n_nat - n_design} for a missing lowering. Samples of dtype float64 always run on "
-              "the host by policy and are not counted.", ""]
+              f"Operators exercised with float32/bfloat16 samples: **{f['native_operators']}**. "
+              "Samples of dtype float64 always run on the host by policy and are not counted.", ""]
     for title, by_design in (("By design", True), ("Missing lowerings", False)):
         fb = [(k, m) for k, m in sorted(s["ops_mode"].items()) if m["fallback"] and m["by_design"] == by_design]
         lines += [f"{title}:", ""]
@@ -281,19 +352,20 @@ def write_chart(rows, path):
         if r["outcome"] not in ENABLED:
             continue
         f = fam[family(r["op"])]
-        f["enabled"] += 1
-        f["pass"] += r["outcome"] in ("pass", "xpass")
+        if scope(r) == "device":
+            f["enabled"] += 1
+            f["pass"] += r["outcome"] in ("pass", "xpass")
         if r["dtype"] in NATIVE_SHARE_DTYPES:
             f["ops"].add(key(r))
             if r["mode"] == "fallback":
                 f["fb_ops"].add(key(r))
     names = sorted(fam)
-    pass_rate = [100 * fam[n]["pass"] / fam[n]["enabled"] for n in names]
+    pass_rate = [100 * fam[n]["pass"] / fam[n]["enabled"] if fam[n]["enabled"] else 0 for n in names]
     native = [100 * (1 - len(fam[n]["fb_ops"]) / len(fam[n]["ops"])) if fam[n]["ops"] else 0
               for n in names]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(names) + 1.5))
     ys = range(len(names))
-    ax.barh([y - 0.2 for y in ys], pass_rate, height=0.4, label="pass rate (samples)")
+    ax.barh([y - 0.2 for y in ys], pass_rate, height=0.4, label="pass rate (samples on native kernels)")
     ax.barh([y + 0.2 for y in ys], native, height=0.4, label="native share (operators, fp32/bf16)")
     ax.set_yticks(list(ys))
     ax.set_yticklabels([f"{n} ({len(fam[n]['ops'])} ops)" for n in names])

@@ -10,14 +10,13 @@ import warnings
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import opinfo
-from . import expectations as _exp
+from . import expectations as _exp, opinfo
 
 DEVICE = "neuron"
 ALL_DTYPES = ("float32", "bfloat16", "float16", "int64", "int32", "int8", "uint8", "bool", "float64")
 SEED = 1234
 COLUMNS = ("op", "variant", "dtype", "sample", "outcome", "phase", "category", "mode",
-           "fallback_ops", "fallback_reason", "message", "raw_outcome", "seconds")
+           "fallback_ops", "fallback_reason", "cpu_raised", "message", "raw_outcome", "seconds")
 
 # The fast deterministic subset (CI): common operators of models, a few samples each.
 FAST_OPS = (
@@ -46,11 +45,11 @@ def dtype_of(name: str) -> torch.dtype:
 
 
 def _row(op, dtype, sample, outcome, message="", phase="", category="", mode="", fallback_ops="",
-         seconds=0.0):
+         seconds=0.0, cpu_raised=""):
     return {"op": op.name, "variant": op.variant_test_name, "dtype": dtype, "sample": sample,
             "outcome": outcome, "phase": phase, "category": category, "mode": mode,
-            "fallback_ops": fallback_ops, "fallback_reason": "", "message": message, "raw_outcome": outcome,
-            "seconds": round(seconds, 4)}
+            "fallback_ops": fallback_ops, "fallback_reason": "", "cpu_raised": cpu_raised,
+            "message": message, "raw_outcome": outcome, "seconds": round(seconds, 4)}
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
@@ -217,26 +216,40 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
     # Output strides are compared only when the device inputs have the CPU inputs' strides.
     check_strides = all(c.stride() == d.stride() for c, d in zip(cpu_leaves, dev_leaves))
 
-    # CPU reference.
+    # CPU reference. A sample the CPU refuses is run on the device too: it must refuse it as well,
+    # with the same exception class (the device runs the same checks before the same kernels).
+    cpu_error = cpu_grads = None
+    cpu_backward = False  # the CPU reached the gradient (so the device must run it too)
     try:
         torch.manual_seed(SEED)
         expected = _call(op, sample, sample.args, sample.kwargs, sample.input)
-        cpu_grads = None
         if do_grad:
             target = _grad_target(expected)
             leaves = _grad_leaves(tree)
             if target is not None and leaves:
+                cpu_backward = True
                 cpu_grads = torch.autograd.grad(target, leaves, allow_unused=True)
     except Exception as exc:
-        return _row(op, dtype_name, index, "skipped", "CPU reference failed: " + _short(exc),
-                    category="upstream-test-issue", seconds=time.perf_counter() - t0)
+        cpu_error = exc
 
-    if any(is_unsupported_tensor(t) for t in tree_flatten(expected)[0]):
+    if cpu_error is None and any(is_unsupported_tensor(t) for t in tree_flatten(expected)[0]):
         return _row(op, dtype_name, index, "skipped", "complex/sparse/nested result",
                     category="unsupported-by-design", seconds=time.perf_counter() - t0)
 
     # Device run: forward, synchronize (deferred errors belong to this sample), backward.
     torch_neuronx.clear_op_tracking()
+    actual = None
+
+    def device_row(outcome, message="", phase=""):
+        fb = get_fallback_kernels()
+        row = _row(op, dtype_name, index, outcome, message, phase=phase,
+                   mode="fallback" if fb else "native", fallback_ops=" ".join(sorted(fb)),
+                   seconds=time.perf_counter() - t0,
+                   cpu_raised=type(cpu_error).__name__ if cpu_error is not None else "")
+        if fb:
+            row["fallback_reason"] = _fallback_reason(fb, dev_leaves, actual)
+        return row
+
     phase = "forward"
     try:
         torch.manual_seed(SEED)
@@ -244,7 +257,7 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
         actual = _call(op, sample, d_args, d_kwargs, d_inp)
         torch.neuron.synchronize()
         dev_grads = None
-        if cpu_grads is not None:
+        if cpu_backward:
             phase = "backward"
             target = _grad_target(actual)
             leaves = _grad_leaves((d_inp, d_args, d_kwargs))
@@ -253,22 +266,20 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
             dev_grads = torch.autograd.grad(target, leaves, allow_unused=True)
             torch.neuron.synchronize()
     except _Mismatch as exc:
-        fb = get_fallback_kernels()
-        return _row(op, dtype_name, index, "mismatch", str(exc), phase=phase,
-                    mode="fallback" if fb else "native", fallback_ops=" ".join(sorted(fb)),
-                    seconds=time.perf_counter() - t0)
+        return device_row("mismatch", str(exc), phase)
     except Exception as exc:
         try:
             torch.neuron.synchronize()
         except Exception:
             pass
-        fb = get_fallback_kernels()
-        return _row(op, dtype_name, index, "error", _short(exc), phase=phase,
-                    mode="fallback" if fb else "native", fallback_ops=" ".join(sorted(fb)),
-                    seconds=time.perf_counter() - t0)
-    fb = get_fallback_kernels()
-    mode = "fallback" if fb else "native"
-    fb_text = " ".join(sorted(fb))
+        if cpu_error is None:
+            return device_row("mismatch", "the device raised, the CPU did not: " + _short(exc), phase)
+        if type(exc) is not type(cpu_error):
+            return device_row("mismatch", f"the CPU raised {_short(cpu_error)} | the device raised "
+                              + _short(exc), phase)
+        return device_row("pass", "both raised " + _short(exc), phase)
+    if cpu_error is not None:
+        return device_row("mismatch", "the CPU raised, the device did not: " + _short(cpu_error), phase)
 
     phase = "forward"
     try:
@@ -278,16 +289,10 @@ def _run_sample(op, dtype_name, index, sample, tol, do_grad):
             phase = "backward"
             compare(list(dev_grads), list(cpu_grads), tol, False, "grad")
     except _Mismatch as exc:
-        return _row(op, dtype_name, index, "mismatch", str(exc), phase=phase, mode=mode,
-                    fallback_ops=fb_text, seconds=time.perf_counter() - t0)
+        return device_row("mismatch", str(exc), phase)
     except Exception as exc:  # comparison itself failed (e.g. the device-to-host copy)
-        return _row(op, dtype_name, index, "error", "while comparing: " + _short(exc), phase=phase,
-                    mode=mode, fallback_ops=fb_text, seconds=time.perf_counter() - t0)
-    row = _row(op, dtype_name, index, "pass", mode=mode, fallback_ops=fb_text,
-               seconds=time.perf_counter() - t0)
-    if fb:
-        row["fallback_reason"] = _fallback_reason(fb, dev_leaves, actual)
-    return row
+        return device_row("error", "while comparing: " + _short(exc), phase)
+    return device_row("pass")
 
 
 def by_design_reason(op, dtype_names):
@@ -361,7 +366,7 @@ def _worker(args):
         rows = run_op(key, dtype_names, max_samples, grad, expectations_path)
     except Exception:
         rows = [{"op": key, "variant": "", "dtype": "*", "sample": -1, "outcome": "error",
-                 "phase": "runner", "category": "", "mode": "", "fallback_ops": "",
+                 "phase": "runner", "category": "", "mode": "", "fallback_ops": "", "cpu_raised": "",
                  "message": "runner: " + traceback.format_exc(limit=2).replace("\n", " ")[-300:],
                  "raw_outcome": "error", "seconds": 0.0}]
     finally:
