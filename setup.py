@@ -16,6 +16,17 @@ sources = sorted(str(p) for p in Path("csrc").rglob("*.cpp") if "tests" not in p
 # child profiler, which needs them and USE_KINETO.
 kineto = [str(Path(p) / "kineto") for p in include_paths() if (Path(p) / "kineto").is_dir()]
 
+
+class build_ext(BuildExtension.with_options(use_ninja=True)):  # type: ignore[misc]
+    """Keeps the object files in build/ (pip's editable install builds in a new temporary
+    directory each time), so ninja recompiles only what changed: the README's second command
+    reuses what the first compiled, and a rebuild after editing one file compiles that file."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        self.build_temp = str(Path(__file__).resolve().parent / "build" / "temp")
+
+
 setup(
     ext_modules=[
         CppExtension(
@@ -25,5 +36,5 @@ setup(
             extra_compile_args=["-O2", "-Wno-unused-parameter", "-DUSE_KINETO"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": build_ext},
 )
