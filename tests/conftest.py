@@ -11,15 +11,17 @@ import helpers  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _compile_cache_in_a_temp_dir(tmp_path_factory):
-    """Compiled executables go to a per-session directory, not the user's cache, unless
-    TORCH_NEURONX_NEFF_CACHE_DIR is set (subprocesses inherit the variable)."""
-    if os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR"):
-        yield
-        return
-    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile_cache"))
+def _compile_caches_in_a_temp_dir(tmp_path_factory):
+    """Compiled executables and Inductor's caches go to per-session directories, not the
+    user's, unless TORCH_NEURONX_NEFF_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR are set
+    (subprocesses inherit the variables)."""
+    unset = [name for name in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+             if not os.environ.get(name)]
+    for name in unset:
+        os.environ[name] = str(tmp_path_factory.mktemp(name.lower()))
     yield
-    del os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]
+    for name in unset:
+        del os.environ[name]
 
 
 def pytest_addoption(parser):

@@ -19,15 +19,14 @@ import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import artifacts, cache, metrics, rng, settings
+from . import artifacts, cache, metrics, rng, settings, workarounds
 from .executable import KERNEL_PREFIX, Executable
-from .flex_attention import accept_neuron_inputs
 from .generated_module import device_source, load_module
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
 
 _graph_ids = itertools.count()
 # Dynamo imports the backend when torch.compile names it, before tracing.
-accept_neuron_inputs()
+workarounds.apply()
 cache.start_isa_probe()
 _KNOWN_OPTIONS = {"fallback_execution"}
 
@@ -92,7 +91,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
     artifacts.preserve(f"fx_graphs/graph_{graph_id}_{kind}_aot.py", gm.print_readable(print_output=False))
     root = settings.cache_dir()
     # Entered again here: a backward compiled lazily (cache disabled) runs outside _aot_compile.
-    with cache.inductor_dir(root):
+    with cache.inductor_caches(root):
         if root is None:
             _, entry_function, seeds = _build(gm, example_inputs, graph_id, kind)
             return Executable(entry_function, gm, seeds, _region(graph_id), kind, None)
@@ -128,9 +127,9 @@ def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
     root = settings.cache_dir()
     # AOTAutograd's own cache keeps a graph's forward/backward partition and runtime wrappers
     # with its executables (which pickle as their executable-cache entries): a warm start skips
-    # tracing. Its entries live beside Inductor's under the executable cache, its key is tagged
-    # with this backend's source, and the backward compiles with the forward, inside this
-    # call, so the entry is complete when it is saved.
+    # tracing. Its entries live in Inductor's cache directory, as for CPU compiles; its key is
+    # tagged with this backend's source, and the backward compiles with the forward, inside
+    # this call, so the entry is complete when it is saved.
     aot_cache = (root is not None and torch._functorch.config.enable_autograd_cache
                  and not torch.compiler.config.force_disable_caches)
 
@@ -150,7 +149,7 @@ def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
     ahead = aot_cache or settings.fallback_execution(options)
     tag = f"{torch.compiler.config.cache_key_tag}|torch_neuronx {cache.backend_version()}"
     hits = _aot_cache_hits()
-    with _stage("aot_autograd", f"graph {graph_id}"), cache.inductor_dir(root), \
+    with _stage("aot_autograd", f"graph {graph_id}"), cache.inductor_caches(root), \
             torch.compiler.config.patch(cache_key_tag=tag), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=ahead,
                                           bundled_autograd_cache=True):

@@ -1,20 +1,20 @@
 """On-disk cache of compiled executables.
 
-An entry is the Python module Inductor generated for a graph (its C++ kernels are built into
-shared objects under ``<cache dir>/inductor``, which Inductor finds again by the hash of their
-source), keyed over the graph, its input and output specs, the torch and package versions, the
-build of the C++ extension, the backend's lowering source and Inductor's configuration. Entries
-are written atomically (temporary file, then ``os.replace``) under a per-key file lock, so
-concurrent processes compile a graph once.
+An entry is the Python module Inductor generated for a graph, keyed over the graph, its input
+and output specs, the torch and package versions, the build of the C++ extension, the backend's
+lowering source and Inductor's configuration. Entries are written atomically (temporary file,
+then ``os.replace``) under a per-key file lock, so concurrent processes compile a graph once.
 
 Loading an entry executes code, so the cache must not be writable by anyone else: its directory
 is created private (0700, files 0600), and a directory owned by another user or writable by
 group or others is refused with a warning (compilation goes on without the cache). An entry
 whose checksum does not match is deleted with a warning before anything runs, and compiled
-again. Inductor's own files under the cache (kernel libraries it loads, AOTAutograd's pickled
-graph entries) are recorded with their hashes in a manifest after each compile and checked
-against it once per process before first use: a changed file is deleted (and rebuilt), never
-loaded.
+again.
+
+Inductor's own files (the C++ kernel libraries an entry loads, its FX graph cache, AOTAutograd's
+graph entries) stay in Inductor's cache directory exactly as for a CPU ``torch.compile``
+(``TORCHINDUCTOR_CACHE_DIR``, default ``/tmp/torchinductor_<user>``), under Inductor's rules:
+the backend changes no process-wide setting that a concurrent CPU compile reads.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import contextlib
 import functools
 import hashlib
 import importlib.metadata
-import json
 import os
 import stat
 import tempfile
@@ -148,26 +147,16 @@ def key(gm: fx.GraphModule, *context: str) -> str:
 
 
 @contextlib.contextmanager
-def inductor_dir(root: Path | None) -> Iterator[None]:
-    """Point Inductor's own caches (generated modules, built kernels) at ``root/inductor`` while
-    the backend compiles or loads, so warm entries find their kernels; CPU compilation keeps its
-    directory. ``None``: Inductor's caches as they are, without its FX graph cache."""
-    from torch._inductor import config as inductor_config
-    if root is None:
-        with inductor_config.patch(fx_graph_cache=False):
-            yield
-        return
-    verify_inductor_files(root)
-    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
-    try:
+def inductor_caches(root: Path | None) -> Iterator[None]:
+    """Around the backend's calls into Inductor: with the executable cache disabled (``root``
+    None), Inductor's FX graph cache is off for neuron graphs too, so nothing compiled for the
+    device is reused; otherwise Inductor's caches as they are."""
+    if root is not None:
         yield
-    finally:
-        if previous is None:
-            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
-        record_inductor_files(root)
+        return
+    from torch._inductor import config as inductor_config
+    with inductor_config.patch(fx_graph_cache=False):
+        yield
 
 
 def _entry(root: Path, digest: str) -> Path:
@@ -179,65 +168,6 @@ def lock(root: Path, digest: str) -> filelock.FileLock:
     path = root / "locks" / f"{digest}.lock"
     path.parent.mkdir(mode=0o700, exist_ok=True)
     return filelock.FileLock(str(path), mode=0o600)
-
-
-_MANIFEST = "inductor-manifest.json"
-_verified: set[Path] = set()
-
-
-def _inductor_files(root: Path) -> Iterator[Path]:
-    for path in (root / "inductor").rglob("*"):
-        if path.is_file() and not path.name.endswith((".lock", ".tmp")) and "locks" not in path.parts:
-            yield path
-
-
-def _read_manifest(root: Path) -> dict[str, str]:
-    try:
-        return json.loads((root / _MANIFEST).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_manifest(root: Path, manifest: dict[str, str]) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=root, delete=False, suffix=".tmp") as tmp:
-        json.dump(manifest, tmp)
-    os.replace(tmp.name, root / _MANIFEST)
-
-
-def verify_inductor_files(root: Path) -> None:
-    """Once per process, before Inductor loads anything from ``root``: delete, with a warning,
-    every recorded file whose content changed. Files not recorded yet are another process's
-    compile in progress (only this user can write the directory)."""
-    if root in _verified:
-        return
-    with lock(root, "manifest"):
-        manifest = _read_manifest(root)
-        changed = []
-        for name, digest in list(manifest.items()):
-            path = root / name
-            if not path.is_file():
-                del manifest[name]
-            elif _file_hash(path) != digest:
-                path.unlink()
-                del manifest[name]
-                changed.append(name)
-        if changed:
-            _write_manifest(root, manifest)
-            shown = ", ".join(changed[:3]) + (", ..." if len(changed) > 3 else "")
-            warnings.warn(f"torch.compile(backend='neuron'): {len(changed)} file(s) of the compile cache {root} "
-                          f"changed since they were written ({shown}); deleted them, they will be built again.",
-                          stacklevel=3)
-    _verified.add(root)
-
-
-def record_inductor_files(root: Path) -> None:
-    """After a compile: record the hash of every file Inductor added under ``root``."""
-    with lock(root, "manifest"):
-        manifest = _read_manifest(root)
-        added = {name: _file_hash(path) for path in _inductor_files(root)
-                 if (name := str(path.relative_to(root))) not in manifest}
-        if added:
-            _write_manifest(root, {**manifest, **added})
 
 
 def _checksum(source: str) -> str:

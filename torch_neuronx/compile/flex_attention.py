@@ -3,11 +3,12 @@
 The FlexAttention higher-order ops are lowered to their dense math form (the implementation
 PyTorch runs in eager mode: masked scores, softmax, and its backward), which the host compiler
 fuses. Inductor's own FlexAttention kernels cover the CPU forward only, not its backward. Block
-sparsity is therefore not exploited; results are exact.
+sparsity is therefore not exploited; results are exact. PyTorch's entry point refuses neuron
+inputs before any backend sees them: ``workarounds.accept_neuron_flex_attention`` lets them
+through.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import torch
@@ -48,22 +49,3 @@ def decompose_to_dense(gm: fx.GraphModule) -> None:
                 if isinstance(module, fx.GraphModule) and module is not gm:
                     _batchable(module.graph)
                     module.recompile()
-
-
-def accept_neuron_inputs() -> None:
-    """Let ``flex_attention`` take neuron tensors.
-
-    PyTorch's entry point refuses devices outside a fixed list (and CPU tensors that require
-    grad) before any backend sees the call, and Dynamo traces that check. Only neuron inputs skip
-    it; every other device is validated exactly as before."""
-    module = importlib.import_module("torch.nn.attention.flex_attention")  # not the function
-    original = module._validate_device
-    if getattr(original, "accepts_neuron", False):
-        return
-
-    def validate_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
-        if query.device.type != "neuron":
-            original(query, key, value)
-
-    validate_device.accepts_neuron = True  # type: ignore[attr-defined]
-    module._validate_device = validate_device
