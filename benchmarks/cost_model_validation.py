@@ -27,9 +27,8 @@ import nki.isa as nisa
 import nki.language as nl
 import results
 from nki.simulator import RunReport, run
-from nki.simulator.cost_model import DMA, ENGINES, SCALAR, TENSOR, TRN2, VECTOR
+from nki.simulator.cost_model import DMA, ENGINES, TENSOR, TRN2, VECTOR
 from torch_neuronx.profiling.cost_model import estimate, hardware
-from torch_neuronx.runtime.chips import TRN2 as CHIP
 
 P, TN = 128, 512  # partitions / contraction tile, moving free size (one fp32 PSUM bank)
 
@@ -136,44 +135,23 @@ def _simulate(kernel: Any, m: int, n: int, k: int) -> RunReport:
     return run(kernel, [lhsT, rhs], hardware=hw, fp32_compute=True)[1]
 
 
-# Sourced what-if ([K2] "Compute Engine Specifications": data-path width x clock): VectorE moves
-# 256 fp32 elements/cycle at 0.96 GHz, ScalarE 128 at 1.2 GHz -- the rates an element-wise
-# instruction is bound by, 4x / 8x below the TFLOPS figures the cost model uses today.
-DATAPATH_RATES = {VECTOR: 256 * CHIP.engine_clock_hz["vector"], SCALAR: 128 * CHIP.engine_clock_hz["scalar"]}
-
-
-def _busy(report: RunReport, rates: dict[str, float] | None = None) -> dict[str, float]:
-    """Busy seconds per engine; with ``rates``, lane-engine instructions re-costed at those rates."""
-    if not rates:
-        return dict(report.engine_busy_seconds)
-    old = {VECTOR: report.config.vector_flops, SCALAR: report.config.scalar_flops}
-    overhead = report.config.compute_overhead_cycles / report.config.clock_hz
-    busy = dict.fromkeys(ENGINES, 0.0)
-    for r in report.instructions:
-        s = r.seconds
-        if r.engine in rates:
-            s = (s - overhead) * old[r.engine] / rates[r.engine] + overhead
-        busy[r.engine] += s
-    return busy
-
-
 _SIMULATED: dict[tuple[str, int, int], list[RunReport]] = {}
 
 
-def engine_busy(kernel: Any, m: int, n: int, rates: dict[str, float] | None = None) -> dict[str, float]:
+def engine_busy(kernel: Any, m: int, n: int) -> dict[str, float]:
     """Busy seconds per engine at K = FULL_K, extrapolated linearly from K = 1024 and 2048."""
     key = (kernel.func.__name__, m, n)
     if key not in _SIMULATED:
         _SIMULATED[key] = [_simulate(kernel, m, n, k) for k in (1024, 2048)]
-    b1, b2 = (_busy(r, rates) for r in _SIMULATED[key])
+    b1, b2 = (r.engine_busy_seconds for r in _SIMULATED[key])
     steps = FULL_K // 1024 - 1
     return {e: b1[e] + steps * (b2[e] - b1[e]) for e in ENGINES}
 
 
-def utilisation(version: str, engine: str, rates: dict[str, float] | None = None) -> float:
+def utilisation(version: str, engine: str) -> float:
     """ESTIMATED active % of ``engine``: its busy time over the kernel time (busiest engine),
     which is what the profiler's per-engine active-time percentage measures."""
-    busy = engine_busy(*VERSIONS[version], rates=rates)
+    busy = engine_busy(*VERSIONS[version])
     return 100 * busy[engine] / max(busy.values())
 
 
@@ -192,7 +170,7 @@ class Measurement:
     workload: str
     metric: str
     published: float
-    estimator: Callable[..., float]  # called with rates=None (current model) or a what-if
+    estimator: Callable[[], float]
     source: str
     bound: bool = False  # the published figure is an upper bound, not a measurement
 
@@ -204,8 +182,8 @@ DOUBLE_ROW = ("[nki-samples test/unit/test_double_row_matmul.py](https://github.
 MM = "matmul fp32 lhsT[8192,4096] x rhs[8192,8192], trn2 1 core"
 
 
-def _util(version: str, engine: str) -> Callable[..., float]:
-    return lambda rates=None: utilisation(version, engine, rates)
+def _util(version: str, engine: str) -> Callable[[], float]:
+    return lambda: utilisation(version, engine)
 
 
 MEASUREMENTS = [
@@ -221,43 +199,39 @@ MEASUREMENTS = [
     Measurement(f"{MM}, v5 M,N,K blocked 16x2x8", "VectorE active %", 10.55, _util("v5 M,N,K blocked", VECTOR),
                 TUTORIAL),
     Measurement("fp8 double-row matmul bf16 lhs[512,16384] x fp8 rhs[16384,1024], trn2 1 core",
-                "p99 latency µs (CI upper bound)", 320.0, lambda rates=None: double_row_fp8_us(),
+                "p99 latency µs (CI upper bound)", 320.0, double_row_fp8_us,
                 DOUBLE_ROW, bound=True),
 ]
 
 
 def main() -> None:
     opts = results.parser(__doc__).parse_args()
-    rows, errors, what_if_errors, informative = [], [], [], []
+    rows, errors, informative = [], [], []
     for i, m in enumerate(MEASUREMENTS, 1):
-        est, alt = m.estimator(), m.estimator(rates=DATAPATH_RATES)
+        est = m.estimator()
         if m.bound:
-            verdict, err, err_alt = ("within bound" if est <= m.published else "EXCEEDS bound"), "-", "-"
+            verdict, err = ("within bound" if est <= m.published else "EXCEEDS bound"), "-"
         else:
-            e, ea = (est - m.published) / m.published, (alt - m.published) / m.published
+            e = (est - m.published) / m.published
             errors.append(abs(e))
             if est < 99.99 or "active" not in m.metric:
                 informative.append(abs(e))  # a saturated engine at 100% is right by construction
-            what_if_errors.append(abs(ea))
-            verdict, err, err_alt = ("within ±30%" if abs(e) <= 0.30 else "MISS"), f"{e:+.1%}", f"{ea:+.1%}"
-        rows.append([str(i), m.workload, m.metric, f"{m.published:g}", f"{est:.2f}", err, verdict,
-                     f"{alt:.2f} ({err_alt})", m.source])
+            verdict, err = ("within ±30%" if abs(e) <= 0.30 else "MISS"), f"{e:+.1%}"
+        rows.append([str(i), m.workload, m.metric, f"{m.published:g}", f"{est:.2f}", err, verdict, m.source])
     median = statistics.median(errors)
     within = sum(e <= 0.30 for e in errors)
     met = within == len(errors) and median <= 0.15
     table = results.Table(
-        "Published trn2 figures vs the cost model's ESTIMATES (relative error = (est - pub) / pub; "
-        "what-if = VectorE/ScalarE at their published data-path element rates, not applied)",
-        ["#", "workload", "metric", "published", "estimated", "rel. error", "verdict",
-         "what-if est. (error)", "source"], rows)
+        "Published trn2 figures vs the cost model's ESTIMATES (relative error = (est - pub) / pub)",
+        ["#", "workload", "metric", "published", "estimated", "rel. error", "verdict", "source"], rows)
     summary = results.Table(
         "Summary over the rows with a measured figure (bounds excluded)",
-        ["statistic", "current model", "what-if data-path rates"],
-        [["median absolute relative error", f"{median:.1%}", f"{statistics.median(what_if_errors):.1%}"],
+        ["statistic", "value"],
+        [["median absolute relative error", f"{median:.1%}"],
          ["the same over the rows not estimated at 100% (the bottleneck engine is 100% by construction)",
-          f"{statistics.median(informative):.1%} ({len(informative)} rows)", "-"],
-         ["rows within ±30%", f"{within}/{len(errors)}", f"{sum(e <= 0.30 for e in what_if_errors)}/{len(errors)}"],
-         ["target met (all within ±30%, median within ±15%)", "yes" if met else "no", "-"]])
+          f"{statistics.median(informative):.1%} ({len(informative)} rows)"],
+         ["rows within ±30%", f"{within}/{len(errors)}"],
+         ["target met (all within ±30%, median within ±15%)", "yes" if met else "no"]])
     print(results.render([table, summary]))
     results.publish(__file__, [table, summary],
                     {"median_abs_error": f"{median:.1%}",

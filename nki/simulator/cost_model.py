@@ -6,8 +6,9 @@ sources); a :class:`HardwareConfig` is ONE PHYSICAL NeuronCore unless built for 
 cycle-accurate model:
 - TensorE is a 128x128 PE array: a matmul streams its N moving columns through the array, so its
   time is ``2*128*128*N / rate(dtype)`` whatever K and M are (small tiles waste the array).
-- VectorE / ScalarE / GpSimd have one lane per partition: an instruction on a [P, F] tile costs
-  ``128*F*ops_per_element / rate`` (idle partitions are not free).
+- VectorE / ScalarE / GpSimd stream each input tile of an instruction through their data path
+  once: ``128*F*tile_inputs / elements_per_s`` for a [P, F] tile (the published data-path width x
+  clock; idle partitions are not free, chained operations of one instruction are one pass).
 - DMA moves bytes at the core's share of the chip's HBM bandwidth (also used for SBUF<->SBUF).
 - Fixed per-instruction overheads (ASSUMED, not published): 64 cycles of the ScalarE/GpSimd
   clock on compute engines (instruction issue + semaphore wait); per DMA instruction ~2 us of
@@ -46,6 +47,10 @@ class HardwareConfig:
     vector_flops: float = _CORE.vector_flops
     scalar_flops: float = _CORE.scalar_flops
     gpsimd_flops: float = _CORE.gpsimd_flops
+    # Element-wise throughput (elements/s) of the lane engines: what their instructions cost.
+    vector_elements_per_s: float = _CORE.lane_elements_per_s["vector"]
+    scalar_elements_per_s: float = _CORE.lane_elements_per_s["scalar"]
+    gpsimd_elements_per_s: float = _CORE.lane_elements_per_s["gpsimd"]
     dma_bytes_per_s: float = _CORE.hbm_bytes_per_s
     clock_hz: float = _TRN2.engine_clock_hz["scalar"]  # cycles are counted at this clock
     compute_overhead_cycles: int = 64
@@ -69,6 +74,9 @@ class HardwareConfig:
                    tensor_flops_bf16=core.tensor_flops[BF16], tensor_flops_fp32=core.tensor_flops[FP32],
                    tensor_flops_fp8=core.tensor_flops[FP8], vector_flops=core.vector_flops,
                    scalar_flops=core.scalar_flops, gpsimd_flops=core.gpsimd_flops,
+                   vector_elements_per_s=core.lane_elements_per_s["vector"],
+                   scalar_elements_per_s=core.lane_elements_per_s["scalar"],
+                   gpsimd_elements_per_s=core.lane_elements_per_s["gpsimd"],
                    dma_bytes_per_s=core.hbm_bytes_per_s, clock_hz=chip.engine_clock_hz["scalar"])
 
 
@@ -100,11 +108,16 @@ def transpose_flops(partitions: int, free: int) -> int:
     return 2 * partitions * partitions * free
 
 
-def lane_seconds(config: HardwareConfig, engine: str, free_elements: int,
-                 ops_per_element: float = 1.0) -> float:
-    rate = {VECTOR: config.vector_flops, SCALAR: config.scalar_flops,
-            GPSIMD: config.gpsimd_flops}[engine]
-    return config.partitions * free_elements * ops_per_element / rate + _overhead(config)
+def lane_seconds(config: HardwareConfig, engine: str, free_elements: int, tile_inputs: int = 1) -> float:
+    """An element-wise instruction over ``free_elements`` per partition streams each of its
+    ``tile_inputs`` input tiles through the engine's data path once, whatever operations it
+    chains (a two-step ``tensor_scalar`` is one pass). The published width counts elements
+    read ("input/output" elements per cycle), so ``tensor_tensor``, which reads two tiles, takes
+    twice the cycles of a one-input instruction of the same shape (our reading of the table;
+    the guides do not say it in words)."""
+    rate = {VECTOR: config.vector_elements_per_s, SCALAR: config.scalar_elements_per_s,
+            GPSIMD: config.gpsimd_elements_per_s}[engine]
+    return config.partitions * free_elements * max(tile_inputs, 1) / rate + _overhead(config)
 
 
 def dma_seconds(config: HardwareConfig, nbytes: int) -> float:

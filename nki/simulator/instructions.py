@@ -78,9 +78,9 @@ def new_tile(values: np.ndarray, dtype: np.dtype, buffer: str = "sbuf", name: st
 
 
 def _record_lanes(engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
-                  ops_per_element: float = 1.0) -> None:
+                  ops_per_element: float = 1.0, tile_inputs: int = 1) -> None:
     ctx = current()
-    seconds = cm.lane_seconds(ctx.config, engine, _free(shape), ops_per_element)
+    seconds = cm.lane_seconds(ctx.config, engine, _free(shape), tile_inputs)
     ctx.record(engine, opcode, shape, dtype, seconds,
                flops=math.prod(shape) * ops_per_element)
 
@@ -128,7 +128,7 @@ def binary(name: str, a: Any, b: Any, dtype: Any = None) -> Tile:
     tile = new_tile(out, out_dtype)
     both_tiles = isinstance(a, Tile) and isinstance(b, Tile)
     opcode = "tensor_tensor" if both_tiles else "tensor_scalar"
-    _record_lanes(cm.VECTOR, f"{opcode}[{name}]", out.shape, out_dtype)
+    _record_lanes(cm.VECTOR, f"{opcode}[{name}]", out.shape, out_dtype, tile_inputs=2 if both_tiles else 1)
     return tile
 
 
@@ -148,7 +148,9 @@ def inplace(name: str, tile: Tile, other: Any) -> Tile:
         raise NKIError("shape-mismatch", f"in-place {name} would change tile shape {tile.shape} "
                        f"to {out.shape}")
     tile.write(Ellipsis, _round(out, tile.dtype, current().fp32_compute))
-    _record_lanes(cm.VECTOR, f"tensor_tensor[{name}]", tile.shape, tile.dtype)
+    tile_inputs = 2 if isinstance(other, Tile) else 1
+    _record_lanes(cm.VECTOR, f"{'tensor_tensor' if tile_inputs == 2 else 'tensor_scalar'}[{name}]",
+                  tile.shape, tile.dtype, tile_inputs=tile_inputs)
     return tile
 
 

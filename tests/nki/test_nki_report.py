@@ -44,6 +44,29 @@ def test_fp32_matmul_slower_than_bf16_and_fp8():
     assert t[ml_dtypes.bfloat16] == pytest.approx(expected)
 
 
+@nki.jit
+def lane_kernel(a, out):
+    t = nl.load(a)
+    s = nisa.tensor_scalar(t, np.multiply, 2.0, op1=np.add, operand1=1.0)  # VectorE, two steps
+    e = nisa.activation(op=nl.exp, data=s)                                  # ScalarE
+    nl.store(out, value=nl.add(e, s))                                       # VectorE, two tiles
+    return out
+
+
+def test_lane_instructions_cost_their_elements_at_the_published_data_path_rate():
+    a = np.ones((128, 512), np.float32)
+    _, report = nki.simulator.run(lane_kernel, [a, np.zeros_like(a)], {})
+    overhead = 64 / chips.TRN2.engine_clock_hz["scalar"]
+    seconds = {r.opcode.split("[")[0]: r.seconds for r in report.instructions if r.engine in ("VectorE", "ScalarE")}
+    # [K2]: VectorE 256 fp32 elements read per cycle at 0.96 GHz, ScalarE 128 at 1.2 GHz; the two
+    # chained tensor_scalar steps are one pass; tensor_tensor reads two tiles.
+    assert seconds["tensor_scalar"] == pytest.approx(128 * 512 / (256 * 0.96e9) + overhead)
+    assert seconds["activation"] == pytest.approx(128 * 512 / (128 * 1.2e9) + overhead)
+    assert seconds["tensor_tensor"] == pytest.approx(2 * 128 * 512 / (256 * 0.96e9) + overhead)
+    vector = next(r for r in report.instructions if r.engine == "VectorE")
+    assert vector.flops == 2 * 128 * 512  # its FLOPs still count both steps
+
+
 def test_load_counted_on_dma_with_bytes():
     report = run_mm(64, 32, 16, np.float32)
     loads = [r for r in report.instructions if r.opcode == "load"]

@@ -234,6 +234,8 @@ def test_logical_core_rates_are_the_physical_figures_times_the_grouping():
             assert hw.tensor_flops_bf16 == n * chip.tensor_flops[chips.BF16]
             assert hw.tensor_flops_fp8 == n * chip.tensor_flops[chips.FP8]
             assert hw.vector_flops == n * chip.vector_flops
+            width, clock = chip.lane_elements_per_cycle["vector"], chip.engine_clock_hz["vector"]
+            assert hw.vector_elements_per_s == n * width * clock
             assert hw.dma_bytes_per_s == chip.hbm_bytes_per_s * n / chip.physical_cores
 
 

@@ -25,6 +25,8 @@ def test_a_logical_core_has_its_physical_cores_compute_and_bandwidth(n):
     core, chip = chips.logical_core("trn2", n), chips.TRN2
     assert core.tensor_flops[chips.BF16] == n * chip.tensor_flops[chips.BF16]
     assert core.scalar_flops == n * chip.scalar_flops
+    for engine, width in chip.lane_elements_per_cycle.items():
+        assert core.lane_elements_per_s[engine] == n * width * chip.engine_clock_hz[engine]
     assert core.hbm_bytes_per_s == chip.hbm_bytes_per_s * n / chip.physical_cores
     assert core.hbm_bytes == chip.hbm_bytes * n // chip.physical_cores
 

@@ -63,7 +63,7 @@ def test_stream_context_manager():
         ev.record()  # on the current stream, s
     assert torch.neuron.current_stream() == torch.neuron.default_stream()
     torch.neuron.current_stream().wait_event(ev)
-    torch.testing.assert_close((y * 2).cpu(), (x_cpu @ x_cpu + 1) * 2, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close((y * 2).cpu(), (x_cpu @ x_cpu + 1) * 2, rtol=0, atol=0)
     with torch.neuron.stream(None):  # no-op, like torch.cuda.stream(None)
         assert torch.neuron.current_stream().stream_id == 0
 
@@ -98,7 +98,7 @@ def test_producer_consumer_with_events():
         z = y + 1
     b_stream.synchronize()
     assert done.query()
-    torch.testing.assert_close(z.cpu(), x_cpu * 2 + 1, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(z.cpu(), x_cpu * 2 + 1, rtol=0, atol=0)
 
 
 def test_wait_stream():
@@ -274,7 +274,7 @@ def test_streams_on_other_cores():
         torch.neuron.current_stream(dev).wait_event(e)
         with torch.neuron.device(dev):
             z = y - 1
-        torch.testing.assert_close(z.cpu(), x_cpu @ x_cpu - 1, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(z.cpu(), x_cpu @ x_cpu - 1, rtol=0, atol=0)
         assert torch.neuron.current_stream(dev).stream_id == 0
 
 
@@ -300,7 +300,7 @@ def test_cross_core_event_wait():
     with torch.neuron.stream(s1):
         z = y.to("neuron:1") + 1
     s1.synchronize()
-    torch.testing.assert_close(z.cpu(), x_cpu @ x_cpu + 1, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(z.cpu(), x_cpu @ x_cpu + 1, rtol=0, atol=0)
 
 
 def test_interprocess_event_is_refused():

@@ -30,6 +30,24 @@ FAST_MODULES = {"nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.
 RANDOM_MODULES = {"nn.FractionalMaxPool2d", "nn.FractionalMaxPool3d"}
 
 
+# Modules whose device path is not the CPU's kernels, by a word of their name: attention takes
+# the CPU's flash kernel on the CPU and the math path on the device (expectations.json); LSTM
+# and GRU run the fused cells PyTorch sends a PrivateUse1 device to (csrc/shim/rnn_cells.cpp),
+# which sum the gates in another order. nn.RNN runs the same operators on both, yet some of
+# module_db's inputs differ by one float32 ulp (not yet explained: the device path adds a clone,
+# which may hand the GEMM another operand layout).
+OTHER_PATH = ("Attention", "Transformer", "RNN", "LSTM", "GRU")
+
+
+def _tolerance(name: str, dtype: torch.dtype) -> dict[str, float]:
+    """Exact where the device runs the CPU's own kernels; elsewhere a few ulps of the dtype
+    times the length of the differently ordered reduction."""
+    if any(word in name for word in OTHER_PATH):
+        eps = torch.finfo(dtype).eps
+        return dict(atol=64 * eps, rtol=64 * eps)
+    return dict(atol=0.0, rtol=0.0)
+
+
 class _Mover:
     """Copies tensors to the device once each: inputs passed twice (KLDivLoss(x, x)) stay one tensor."""
 
@@ -72,10 +90,8 @@ def _suite(name: str, module_list: Sequence[ModuleInfo]) -> type[TestCase]:
                 device_inputs = tree_map(_Mover(device), (args, kwargs))
                 actual = _forward_backward(module, *device_inputs)
                 expected = _forward_backward(cpu_module, args, kwargs)
-                # Attention takes the CPU's flash kernel on the CPU and the math path on the device
-                # (expectations.json): float32 rounding differs slightly.
                 self.assertEqual(tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, actual),
-                                 expected, msg=module_input.desc, atol=1e-4, rtol=1e-4)
+                                 expected, msg=module_input.desc, **_tolerance(module_info.name, dtype))
 
     Suite.__name__ = Suite.__qualname__ = name
     return Suite

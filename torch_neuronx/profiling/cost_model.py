@@ -9,7 +9,8 @@ whose figures are its physical cores' summed engine rates and HBM share
   with PyTorch's FLOP formulas; a formula that fails leaves the operator UNESTIMATED
   (:class:`CostModelError`, with the reason) rather than guessed;
 - every other operator runs on VectorE, counted as one operation per element written
-  (``_foreach_*`` ops: summed over the list);
+  (``_foreach_*`` ops: summed over the list) and costed at VectorE's element rate (data-path
+  width x clock, :mod:`torch_neuronx.runtime.chips`);
 - bytes moved = the tensors read plus the tensors written, as the shim describes each call's
   kernel while a profiler records (no ``record_shapes`` needed);
 - copies run on the DMA engines: host <-> device moves the source's bytes over the host link
@@ -133,7 +134,7 @@ def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
         rate, engine = tensor_rate(hw, (read or written)[0]["dtype"]), TENSOR
     else:
         flops = sum(math.prod(t["shape"]) for t in written)
-        rate, engine = hw.vector_flops, VECTOR
+        rate, engine = hw.vector_elements_per_s, VECTOR  # one element per operation
     return _roofline(flops, flops / rate, bytes_moved, bytes_moved / hw.dma_bytes_per_s, engine,
                      hw.compute_overhead_cycles / hw.clock_hz)
 

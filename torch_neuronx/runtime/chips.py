@@ -36,6 +36,11 @@ class Chip:
     scalar_flops: float                    # ScalarE FP32 FLOP/s
     gpsimd_flops: float                    # GpSimd FLOP/s (ASSUMED: not published)
     engine_clock_hz: Mapping[str, float]   # "tensor", "vector", "scalar", "gpsimd"
+    # Elements an element-wise instruction moves per cycle ("vector", "scalar", "gpsimd") for
+    # 32-bit data: the data-path width of the architecture guides' "Compute Engine
+    # Specifications". The wider BF16/FP16 paths (the VectorE performance mode, which the
+    # hardware enables only for some instructions with SBUF operands) are not modelled.
+    lane_elements_per_cycle: Mapping[str, float]
     partitions: int                        # SBUF/PSUM partitions = PE array rows
     sbuf_bytes: int
     psum_bytes: int
@@ -61,6 +66,9 @@ TRN2 = Chip(
     gpsimd_flops=0.25e12,
     # [K2] "Compute Engine Specifications" table (GHz): Tensor 2.4, Vector 0.96, Scalar/GpSimd 1.2.
     engine_clock_hz=_frozen(tensor=2.4e9, vector=0.96e9, scalar=1.2e9, gpsimd=1.2e9),
+    # [K2] same table: Vector "512 BF16/FP16 input/output; 256 input/output for other data
+    # types", Scalar "128 input/output"; GpSimd left blank there: assumed trn3's published 128.
+    lane_elements_per_cycle=_frozen(vector=256, scalar=128, gpsimd=128),
     partitions=128,
     sbuf_bytes=28 * MiB,  # [K2] "28MiB (or, 128 partitions of 224KiB)"
     psum_bytes=2 * MiB,   # [K2] "PSUM capacity remains the same at 2MiB"
@@ -83,6 +91,10 @@ TRN3 = Chip(
     gpsimd_flops=0.25e12,
     # [K3] "Compute Engine Specifications" table (GHz): Tensor 2.4, Vector/Scalar/GpSimd 1.2.
     engine_clock_hz=_frozen(tensor=2.4e9, vector=1.2e9, scalar=1.2e9, gpsimd=1.2e9),
+    # [K3] same table: Vector "512 BF16/FP16/FP8 ...; 256 input/output for other data types",
+    # Scalar "256 BF16/FP16/FP8 ...; 128 input/output for other data types", GpSimd "128
+    # input/output for all data types".
+    lane_elements_per_cycle=_frozen(vector=256, scalar=128, gpsimd=128),
     partitions=128,
     sbuf_bytes=32 * MiB,  # [N4]/[K3]
     psum_bytes=2 * MiB,   # [K3] "PSUM capacity remains the same at 2MiB"
@@ -107,6 +119,7 @@ class LogicalCore:
     vector_flops: float
     scalar_flops: float
     gpsimd_flops: float
+    lane_elements_per_s: Mapping[str, float]  # element-wise throughput: data path x clock
     hbm_bytes: int
     hbm_bytes_per_s: float
 
@@ -121,4 +134,6 @@ def logical_core(chip: Chip | str, logical_nc_config: int = 1) -> LogicalCore:
     n, share = logical_nc_config, logical_nc_config / chip.physical_cores
     return LogicalCore(chip, n, _frozen(**{k: n * v for k, v in chip.tensor_flops.items()}),
                        n * chip.vector_flops, n * chip.scalar_flops, n * chip.gpsimd_flops,
+                       _frozen(**{engine: n * width * chip.engine_clock_hz[engine]
+                                  for engine, width in chip.lane_elements_per_cycle.items()}),
                        int(chip.hbm_bytes * share), chip.hbm_bytes_per_s * share)
