@@ -3,7 +3,7 @@
 Median synchronized training-step time (forward, backward, AdamW) of TinyGPT and of a stack of
 elementwise/normalization layers where fusion matters, after warm-up (compilation excluded).
 Then cold against warm start: two fresh processes run the first compiled TinyGPT step on one
-executable cache directory, empty for the first.
+executable cache and one Inductor cache directory, both empty for the first.
 
     python benchmarks/compile_speed.py [--processes 3] [--out DIR]
     python benchmarks/compile_speed.py --rounds 1 --burst 2 --processes 1 --out /tmp/b   # smoke test
@@ -143,10 +143,12 @@ print(json.dumps({"first_step_s": time.perf_counter() - start, **torch_neuronx.g
 
 
 def start_times() -> dict[str, dict]:
-    """Cold (empty cache) and warm start of the compiled TinyGPT step, each in a fresh process."""
+    """Cold (empty caches) and warm start of the compiled TinyGPT step, each in a fresh process.
+    Both the executable cache and Inductor's (kernels, AOTAutograd entries) start empty."""
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_neuronx.__file__)))
     with tempfile.TemporaryDirectory() as cache_dir:
-        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache_dir, "PYTHONPATH": repo_root}
+        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": os.path.join(cache_dir, "executables"),
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"), "PYTHONPATH": repo_root}
         env.pop("TORCH_NEURONX_DISABLE_NEFF_CACHE", None)
         runs = {}
         for name in ("cold", "warm"):
