@@ -53,6 +53,11 @@ MUTATIONS = (
              "tensor_flops=_frozen(**{BF16: 158e12, FP32: 20e12, FP8: 158e12}),",
              ("tests/profiling/test_profiling_cost_model.py", "tests/runtime/test_chips.py",
               "tests/nki/test_nki_report.py")),
+    Mutation("cost-model rate (trn2 VectorE data path halved)", "torch_neuronx/runtime/chips.py",
+             "lane_elements_per_cycle=_frozen(vector=256, scalar=128, gpsimd=128),\n    partitions=128,\n    sbuf_bytes=28",
+             "lane_elements_per_cycle=_frozen(vector=128, scalar=128, gpsimd=128),\n    partitions=128,\n    sbuf_bytes=28",
+             ("tests/profiling/test_profiling_cost_model.py", "tests/runtime/test_chips.py",
+              "tests/nki/test_nki_report.py")),
 )
 
 
