@@ -16,6 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
 from torch_neuronx.profiling.analysis import SCHEMAS
+from torch_neuronx.runtime import chips
 
 
 def rms_norm(x: torch.Tensor) -> torch.Tensor:
@@ -122,6 +123,9 @@ def test_tables_have_the_documented_columns_and_estimates(tmp_path):
     assert mm["source_location"] and "test_profiling_exporter.py" in mm["source_location"]
     [meta] = tables["Metadata"].to_pylist()
     assert meta["is_simulation"] is True and meta["chip_generation"] == "trn2"
+    # The estimates are for the logical core the runtime simulates (its default grouping: 2).
+    assert meta["logical_nc_config"] == 2
+    assert meta["tensor_flops_bf16_per_core"] == 2 * chips.TRN2.tensor_flops[chips.BF16]
     [summary] = tables["Summary"].to_pylist()
     assert summary["device_time_us"] > 0 and summary["estimated_chip_time_us"] > 0
     assert 0 < summary["estimated_mfu"] <= 1

@@ -85,8 +85,10 @@ SCHEMAS: dict[str, pa.Schema] = {
     "Metadata": pa.schema([
         ("is_simulation", pa.bool_()), ("chip_generation", pa.string()),
         ("target_generation", pa.string()), ("engine_clock_hz", pa.float64()),
-        ("cores", pa.int64()), ("cores_per_chip", pa.int64()), ("profiled_cores", pa.string()),
+        ("cores", pa.int64()), ("cores_per_chip", pa.int64()), ("logical_nc_config", pa.int64()),
+        ("profiled_cores", pa.string()),
         ("tensor_flops_bf16_per_core", pa.float64()), ("vector_flops_per_core", pa.float64()),
+        ("vector_elements_per_s_per_core", pa.float64()),
         ("hbm_bytes_per_s_per_core", pa.float64()), ("host_link_bytes_per_s", pa.float64()),
         ("modes", pa.string()), ("host", pa.string()), ("torch_version", pa.string()),
         ("created_unix_s", pa.float64()), ("note", pa.string()),
@@ -362,8 +364,10 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     metadata = {
         "is_simulation": True, "chip_generation": topo.generation, "target_generation": target,
         "engine_clock_hz": hw.clock_hz, "cores": len(topo.visible_cores),
-        "cores_per_chip": topo.cores_per_chip, "profiled_cores": profiled_cores,
+        "cores_per_chip": topo.cores_per_chip, "logical_nc_config": topo.logical_nc_config,
+        "profiled_cores": profiled_cores,
         "tensor_flops_bf16_per_core": hw.tensor_flops_bf16, "vector_flops_per_core": hw.vector_flops,
+        "vector_elements_per_s_per_core": hw.vector_elements_per_s,
         "hbm_bytes_per_s_per_core": hw.dma_bytes_per_s,
         "host_link_bytes_per_s": cost_model.HOST_LINK_BYTES_PER_S, "modes": ",".join(modes),
         "host": platform.node(), "torch_version": torch.__version__, "created_unix_s": time.time(),
