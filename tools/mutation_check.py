@@ -54,8 +54,11 @@ MUTATIONS = (
              ("tests/profiling/test_profiling_cost_model.py", "tests/runtime/test_chips.py",
               "tests/nki/test_nki_report.py")),
     Mutation("cost-model rate (trn2 VectorE data path halved)", "torch_neuronx/runtime/chips.py",
-             "lane_elements_per_cycle=_frozen(vector=256, scalar=128, gpsimd=128),\n    partitions=128,\n    sbuf_bytes=28",
-             "lane_elements_per_cycle=_frozen(vector=128, scalar=128, gpsimd=128),\n    partitions=128,\n    sbuf_bytes=28",
+             # trn3 has the same widths: the line is told apart by the one after it.
+             "lane_elements_per_cycle=_frozen(vector=256, scalar=128, gpsimd=128),\n"
+             "    partitions=128,\n    sbuf_bytes=28",
+             "lane_elements_per_cycle=_frozen(vector=128, scalar=128, gpsimd=128),\n"
+             "    partitions=128,\n    sbuf_bytes=28",
              ("tests/profiling/test_profiling_cost_model.py", "tests/runtime/test_chips.py",
               "tests/nki/test_nki_report.py")),
 )

@@ -41,6 +41,10 @@ from .ops import registration as _registration  # noqa: E402
 _registration.register_lowerings()
 _registration.apply_policies_from_env()
 
+from . import distributed  # noqa: E402
+
+distributed.register()
+
 # Scripts written for the published backend call the device functions on torch_neuronx itself.
 from . import utils  # noqa: E402
 from .neuron import *  # noqa: E402,F401,F403

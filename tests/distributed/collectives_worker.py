@@ -1,0 +1,284 @@
+"""Run by ``torchrun`` from test_collectives.py: every check on this rank, its outcome written to
+``$RESULTS_DIR/rank<N>.json`` (``"ok"`` or the error). References are computed on the CPU from
+every rank's inputs, which each rank can rebuild (they depend only on the rank)."""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+import torch_neuronx  # noqa: F401
+
+CHECKS: dict[str, Callable[[], None]] = {}
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64]
+
+
+def check(fn: Callable[[], None]) -> Callable[[], None]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def rank() -> int:
+    return dist.get_rank()
+
+
+def world() -> int:
+    return dist.get_world_size()
+
+
+def dev() -> torch.device:
+    return torch.device("neuron", torch.neuron.current_device())
+
+
+def values(r: int, n: int = 6, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rank r's input: small integers, so every sum is exact in every dtype."""
+    return (torch.arange(n) % 5 + r + 1).to(dtype)
+
+
+def same(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert actual.device.type == "neuron", actual.device
+    torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
+
+
+@check
+def backend_is_neuron() -> None:
+    assert dist.get_backend() == "neuron", dist.get_backend()
+    assert torch.neuron.current_device() == int(os.environ["LOCAL_RANK"])
+
+
+@check
+def all_reduce_every_op_and_dtype() -> None:
+    ops = {dist.ReduceOp.SUM: lambda xs: sum(xs[1:], xs[0]),
+           dist.ReduceOp.PRODUCT: lambda xs: torch.stack(xs).prod(0).to(xs[0].dtype),
+           dist.ReduceOp.MIN: lambda xs: torch.stack(xs).amin(0), dist.ReduceOp.MAX: lambda xs: torch.stack(xs).amax(0)}
+    for dtype in DTYPES:
+        for op, reference in ops.items():
+            x = values(rank(), dtype=dtype).to(dev())
+            dist.all_reduce(x, op=op)
+            same(x, reference([values(r, dtype=dtype) for r in range(world())]))
+    for op, reference in {dist.ReduceOp.BAND: torch.bitwise_and, dist.ReduceOp.BOR: torch.bitwise_or,
+                          dist.ReduceOp.BXOR: torch.bitwise_xor}.items():
+        x = values(rank(), dtype=torch.int64).to(dev())
+        dist.all_reduce(x, op=op)
+        expected = values(0, dtype=torch.int64)
+        for r in range(1, world()):
+            expected = reference(expected, values(r, dtype=torch.int64))
+        same(x, expected)
+
+
+@check
+def all_reduce_avg() -> None:
+    x = values(rank()).to(dev())
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    same(x, sum(values(r) for r in range(world())) / world())
+
+
+@check
+def async_work_orders_with_the_stream() -> None:
+    x = values(rank()).to(dev())
+    y = x * 2  # queued before the collective: the collective reads its result
+    work = dist.all_reduce(y, async_op=True)
+    work.wait()  # the current stream waits; later kernels see the sum
+    z = y + 1
+    same(z, sum(values(r) * 2 for r in range(world())) + 1)
+    assert work.is_completed() or not work.is_completed()  # either, before a sync
+    torch.neuron.synchronize()
+    assert work.is_completed() and work.is_success()
+    fut = dist.all_reduce(values(rank()).to(dev()), async_op=True).get_future()
+    (result,) = fut.wait()
+    same(result, sum(values(r) for r in range(world())))
+
+
+@check
+def broadcast_and_reduce() -> None:
+    for src in range(world()):
+        x = values(rank()).to(dev())
+        dist.broadcast(x, src=src)
+        same(x, values(src))
+    x = values(rank()).to(dev())
+    dist.reduce(x, dst=0)
+    if rank() == 0:
+        same(x, sum(values(r) for r in range(world())))
+
+
+@check
+def all_gather_forms() -> None:
+    out = [torch.empty(6, device=dev()) for _ in range(world())]
+    dist.all_gather(out, values(rank()).to(dev()))
+    for r, t in enumerate(out):
+        same(t, values(r))
+    flat = torch.empty(6 * world(), device=dev())
+    dist.all_gather_into_tensor(flat, values(rank()).to(dev()))
+    same(flat, torch.cat([values(r) for r in range(world())]))
+    objects = [None] * world()
+    dist.all_gather_object(objects, {"rank": rank()})
+    assert objects == [{"rank": r} for r in range(world())], objects
+
+
+@check
+def reduce_scatter_forms() -> None:
+    def full(r: int) -> torch.Tensor:
+        return values(r, 4 * world())
+    expected = sum(full(r) for r in range(world())).chunk(world())[rank()]
+    out = torch.empty(4, device=dev())
+    dist.reduce_scatter_tensor(out, full(rank()).to(dev()))
+    same(out, expected)
+    inp = full(rank()).to(dev())
+    out = torch.empty(4, device=dev())
+    dist.reduce_scatter(out, list(inp.chunk(world())))
+    same(out, expected)
+    same(inp, full(rank()))  # the input is kept
+
+
+@check
+def gather_and_scatter() -> None:
+    gathered = [torch.empty(6, device=dev()) for _ in range(world())] if rank() == 0 else None
+    dist.gather(values(rank()).to(dev()), gathered, dst=0)
+    if rank() == 0:
+        for r, t in enumerate(gathered):
+            same(t, values(r))
+    out = torch.empty(6, device=dev())
+    dist.scatter(out, [values(10 + r).to(dev()) for r in range(world())] if rank() == 0 else None, src=0)
+    same(out, values(10 + rank()))
+
+
+@check
+def all_to_all_uneven_splits() -> None:
+    # rank r sends (dst + 1) elements to each dst, each tagged 100 * r + dst
+    send_splits = [d + 1 for d in range(world())]
+    send = torch.cat([torch.full((d + 1,), 100.0 * rank() + d) for d in range(world())])
+    recv_splits = [rank() + 1] * world()
+    out = torch.empty(sum(recv_splits), device=dev())
+    dist.all_to_all_single(out, send.to(dev()), recv_splits, send_splits)
+    same(out, torch.cat([torch.full((rank() + 1,), 100.0 * s + rank()) for s in range(world())]))
+    outs = [torch.empty(2, device=dev()) for _ in range(world())]
+    dist.all_to_all(outs, [torch.full((2,), 10.0 * rank() + d, device=dev()) for d in range(world())])
+    for s, t in enumerate(outs):
+        same(t, torch.full((2,), 10.0 * s + rank()))
+
+
+@check
+def point_to_point() -> None:
+    nxt, prv = (rank() + 1) % world(), (rank() - 1) % world()
+    got = torch.empty(6, device=dev())
+    ops = [dist.P2POp(dist.irecv, got, prv), dist.P2POp(dist.isend, values(rank()).to(dev()), nxt)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    same(got, values(prv))
+    x = torch.empty(6, device=dev())
+    if rank() == 0:
+        dist.send(values(42).to(dev()), 1)
+    elif rank() == 1:
+        dist.recv(x, 0)
+        same(x, values(42))
+    req = dist.irecv(x, prv) if rank() % 2 else dist.isend(values(rank()).to(dev()), nxt)
+    req.wait()
+    if rank() % 2:
+        same(x, values(prv))
+
+
+@check
+def non_contiguous_views() -> None:
+    base = torch.zeros(6, 4, device=dev())
+    column = base[:, 1]  # strided view
+    column.copy_(values(rank()).to(dev()))
+    dist.all_reduce(column)
+    expected = torch.zeros(6, 4)
+    expected[:, 1] = sum(values(r) for r in range(world()))
+    same(base, expected)
+
+
+@check
+def subgroups_and_split() -> None:
+    evens = dist.new_group([r for r in range(world()) if r % 2 == 0])
+    if rank() % 2 == 0:
+        x = values(rank()).to(dev())
+        dist.all_reduce(x, group=evens)
+        same(x, sum(values(r) for r in range(world()) if r % 2 == 0))
+    halves, _ = dist.new_subgroups(group_size=max(world() // 2, 1))
+    x = values(rank()).to(dev())
+    dist.all_reduce(x, group=halves)
+    mine = [r for r in range(world()) if (r < world() // 2) == (rank() < world() // 2)]
+    same(x, sum(values(r) for r in mine))
+    assert dist.get_backend(halves) == "neuron"
+
+
+@check
+def coalesced_forms() -> None:
+    xs = [values(rank()).to(dev()), values(rank(), 3).to(dev())]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for x in xs:
+            dist.all_reduce(x)
+    cm.wait()
+    same(xs[0], sum(values(r) for r in range(world())))
+    same(xs[1], sum(values(r, 3) for r in range(world())))
+    ys = [values(rank()).to(dev()), values(rank(), 3).to(dev())]
+    dist.all_reduce_coalesced(ys)
+    same(ys[1], sum(values(r, 3) for r in range(world())))
+
+
+@check
+def barriers() -> None:
+    dist.barrier()
+    # As with NCCL, monitored_barrier needs a Gloo group (torch refuses other backends).
+    dist.monitored_barrier(group=dist.new_group(backend="gloo"))
+    try:
+        dist.monitored_barrier()
+    except ValueError as error:
+        assert "GLOO" in str(error), error
+    else:
+        raise AssertionError("monitored_barrier on a neuron group did not raise")
+
+
+@check
+def functional_collectives_eager_and_compiled() -> None:
+    group = dist.group.WORLD
+    same(funcol.all_reduce(values(rank()).to(dev()), "sum", group), sum(values(r) for r in range(world())))
+    same(funcol.all_gather_tensor(values(rank()).to(dev()), 0, group), torch.cat([values(r) for r in range(world())]))
+    same(funcol.reduce_scatter_single(values(rank(), 2 * world()).to(dev()), "sum", 0, group),
+         sum(values(r, 2 * world()) for r in range(world())).chunk(world())[rank()])
+
+    @torch.compile(backend="neuron", fullgraph=True)
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return funcol.all_reduce(x * 2, "sum", group) + 1
+    same(step(values(rank()).to(dev())), sum(values(r) * 2 for r in range(world())) + 1)
+
+
+@check
+def mismatched_shapes_give_an_error() -> None:
+    x = torch.zeros(4 + rank(), device=dev())  # ranks disagree
+    try:
+        dist.all_reduce(x)
+        torch.neuron.synchronize()
+    except Exception as error:
+        assert "allreduce" in str(error), error
+    else:
+        raise AssertionError("a size mismatch across ranks did not raise")
+
+
+def main() -> None:
+    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend=os.environ.get("BACKEND", "neuron"))
+    only = os.environ.get("CHECKS")
+    results = {}
+    for name, fn in CHECKS.items():
+        if only and name not in only.split(","):
+            continue
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+        dist.barrier()
+    with open(os.path.join(os.environ["RESULTS_DIR"], f"rank{rank()}.json"), "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Distributed tests run real processes under torchrun, on loopback, with the Gloo transport."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch_neuronx
+
+REPO_ROOT = Path(torch_neuronx.__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: str, nproc: int, tmp_path: Path, *args: str, timeout: float = 300,
+             env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run ``script`` (a file in this directory) on ``nproc`` local ranks; RESULTS_DIR is
+    ``tmp_path``."""
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+               "--master_addr=127.0.0.1", f"--master_port={free_port()}", *extra, str(HERE / script), *args]
+    child_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RESULTS_DIR": str(tmp_path),
+                 "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(command, env=child_env, text=True, capture_output=True, timeout=timeout)
+
+
+def rank_results(tmp_path: Path, nproc: int) -> list[dict]:
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]

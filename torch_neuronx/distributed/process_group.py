@@ -1,0 +1,468 @@
+"""The ``neuron`` c10d process group.
+
+Each process drives one simulated core; a collective moves the real bytes of device memory
+between the processes. Device memory is host memory of the process, so the transport is Gloo
+run on host aliases of the device tensors (:func:`torch_neuronx._C._host_alias`): no copy to
+the host and back. Ordering follows NCCL's model: a collective is a kernel on the process
+group's communication stream of the tensors' core, queued after the kernels already on the
+issuing stream, and ``work.wait()`` makes the current stream wait for it (see :mod:`.work`).
+CPU tensors (``"cpu:gloo,neuron:neuron"``, object collectives) go to Gloo directly.
+
+PyTorch 2.13 cannot construct a Python ``c10d.Backend``, so this is a Python ``ProcessGroup``
+returned by the backend's creator (torch keeps it as the group); see docs/distributed.md.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
+
+from .. import _C
+from .work import NeuronWork
+
+_FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    return _C._host_alias(t) if t.device.type == "neuron" else t
+
+
+class _Contiguous:
+    """A host view Gloo can use (Gloo needs dense tensors): the alias itself, or a contiguous
+    copy written back by :meth:`finish` for a strided view."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.target = _alias(t)
+        self.dense = self.target if self.target.is_contiguous() else self.target.contiguous()
+
+    def finish(self) -> None:
+        if self.dense is not self.target:
+            self.target.copy_(self.dense)
+
+
+def _gloo_op(op: Any, tensors: Sequence[torch.Tensor], where: str) -> tuple[ReduceOp, bool]:
+    """Gloo's reduce op for ``op`` and whether the results are then divided by the group size:
+    Gloo has no AVG, which is a SUM divided."""
+    kind = op.op if hasattr(op, "op") else op
+    if kind == ReduceOp.PREMUL_SUM:
+        raise ValueError(f"{where} on neuron: ReduceOp.PREMUL_SUM is not supported; scale the tensor "
+                         "and use ReduceOp.SUM instead")
+    if kind == ReduceOp.AVG:
+        if any(t.dtype not in _FLOATING for t in tensors):
+            raise ValueError(f"{where} on neuron: ReduceOp.AVG needs floating-point tensors, got "
+                             f"{sorted({str(t.dtype) for t in tensors})}")
+        return ReduceOp.SUM, True
+    return kind, False
+
+
+class NeuronProcessGroup(dist.ProcessGroup):
+    """A process group over ``size`` processes, each driving its own neuron core."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, group_name: str) -> None:
+        super().__init__(rank, size)
+        self._name = group_name
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._streams: dict[int, torch.Stream] = {}
+
+    # -- identity (the C++ base keeps a name only for groups with C++ backends)
+    def getBackendName(self) -> str:
+        return "neuron"
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    @property
+    def group_desc(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"NeuronProcessGroup(rank={self.rank()}, size={self.size()})"
+
+    # -- the launch of one collective
+    def _stream(self, device: int) -> torch.Stream:
+        if device not in self._streams:
+            self._streams[device] = torch.neuron.Stream(device=device)
+        return self._streams[device]
+
+    def _run(self, name: str, tensors: Sequence[torch.Tensor], outputs: list[torch.Tensor],
+             body: Callable[[], None], agree: Sequence[torch.Tensor] | None = None, root: int = -1) -> dist.Work:
+        """Queue ``body`` (Gloo on host aliases) on the communication stream of the tensors'
+        core, after the work queued so far on the issuing stream. ``agree``: the tensors whose
+        dtype and sizes every rank must pass alike (checked first: Gloo aborts the process on a
+        size mismatch)."""
+        devices = {t.device for t in tensors}
+        if len(devices) != 1:
+            raise ValueError(f"{name}: every tensor must be on one device, got {sorted(map(str, devices))}")
+        (device,) = devices
+        if device.type != "neuron":
+            raise AssertionError("CPU tensors go to Gloo")
+        index = device.index
+        comm = self._stream(index)
+        comm.wait_stream(torch.neuron.current_stream(index))
+        future: torch.futures.Future = torch.futures.Future()
+        label = f"c10d::{name} (rank {self.rank()} of {self.size()})"
+
+        signature = None if agree is None else _signature(name, agree, root)
+
+        def kernel() -> None:
+            try:
+                if signature is not None:
+                    self._verify(name, signature)
+                body()
+            except Exception as error:
+                future.set_exception(RuntimeError(f"{label} on neuron:{index} failed: {error}"))
+                raise RuntimeError(f"{label} on neuron:{index} failed: {error}") from error
+            future.set_result(outputs)
+
+        with torch.neuron.stream(comm):
+            _C._launch_python_kernel(index, kernel, label, wait=False)
+            done = comm.record_event()
+        return NeuronWork(label, done, future, outputs)
+
+    def _verify(self, name: str, signature: list[int]) -> None:
+        """Every rank passes the same signature, or all raise (one small Gloo all-reduce: the
+        maximum of the values and of their negations)."""
+        both = torch.tensor(signature + [-v for v in signature], dtype=torch.int64)
+        self._gloo.allreduce([both], _allreduce_opts(ReduceOp.MAX, timedelta(minutes=30))).wait()
+        highest, lowest = both[: len(signature)].tolist(), [-v for v in both[len(signature):].tolist()]
+        if highest != lowest:
+            raise ValueError(f"the ranks called {name} with different collectives, dtypes, sizes or roots "
+                             f"(this rank: {_describe(signature)}; the ranks range from {_describe(lowest)} "
+                             f"to {_describe(highest)})")
+
+    def _on_neuron(self, tensors: Sequence[torch.Tensor]) -> bool:
+        return any(t.device.type == "neuron" for t in tensors)
+
+    # -- collectives
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllreduceOptions()
+        if not self._on_neuron(tensors):
+            return self._gloo.allreduce(tensors, opts)
+        op, average = _gloo_op(opts.reduceOp, tensors, "all_reduce")
+
+        def body() -> None:
+            views = [_Contiguous(t) for t in tensors]
+            self._gloo.allreduce([v.dense for v in views], _allreduce_opts(op, opts.timeout)).wait()
+            for v in views:
+                if average:
+                    v.dense.div_(self.size())
+                v.finish()
+        return self._run("allreduce", tensors, tensors, body, agree=tensors)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllreduceCoalescedOptions()
+        works = [self.allreduce([t], _allreduce_opts(opts.reduceOp, opts.timeout)) for t in tensors]
+        return works[-1] if works else self.barrier()
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.BroadcastOptions()
+        if not self._on_neuron(tensors):
+            return self._gloo.broadcast(tensors, opts)
+
+        def body() -> None:
+            views = [_Contiguous(t) for t in tensors]
+            self._gloo.broadcast([v.dense for v in views], opts).wait()
+            for v in views:
+                v.finish()
+        return self._run("broadcast", tensors, tensors, body, agree=tensors, root=opts.rootRank)
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.ReduceOptions()
+        if not self._on_neuron(tensors):
+            return self._gloo.reduce(tensors, opts)
+        op, average = _gloo_op(opts.reduceOp, tensors, "reduce")
+        gloo_opts = dist.ReduceOptions()
+        gloo_opts.reduceOp, gloo_opts.rootRank, gloo_opts.rootTensor = op, opts.rootRank, opts.rootTensor
+        gloo_opts.timeout = opts.timeout
+
+        def body() -> None:
+            views = [_Contiguous(t) for t in tensors]
+            self._gloo.reduce([v.dense for v in views], gloo_opts).wait()
+            for v in views:
+                if average and self.rank() == opts.rootRank:
+                    v.dense.div_(self.size())
+                v.finish()
+        return self._run("reduce", tensors, tensors, body, agree=tensors, root=opts.rootRank)
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+        flat = [t for group in outputs for t in group]
+        if not self._on_neuron([*inputs, *flat]):
+            return self._gloo.allgather(outputs, inputs, opts)
+
+        def body() -> None:
+            out_views = [[_Contiguous(t) for t in group] for group in outputs]
+            ins = [_Contiguous(t).dense for t in inputs]
+            self._gloo.allgather([[v.dense for v in group] for group in out_views], ins, opts).wait()
+            for group in out_views:
+                for v in group:
+                    v.finish()
+        return self._run("allgather", [*inputs, *flat], flat, body, agree=[*inputs, *flat])
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllgatherOptions()
+        if not self._on_neuron([output, input]):
+            return self._gloo._allgather_base(output, input, opts)
+        _check_sizes("all_gather_into_tensor", output, input, self.size())
+
+        def body() -> None:
+            out, inp = _Contiguous(output), _Contiguous(input)
+            self._gloo._allgather_base(out.dense, inp.dense, opts).wait()
+            out.finish()
+        return self._run("allgather_into_tensor", [output, input], [output], body, agree=[output, input])
+
+    all_gather_single = _allgather_base
+
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        return works[-1]
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
+                            opts: Any = None) -> dist.Work:
+        works = [self.allgather([o], [i], opts) for o, i in zip(outputs, inputs, strict=True)]
+        return works[-1]
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
+                       opts: Any = None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        flat = [t for group in inputs for t in group]
+        if not self._on_neuron([*outputs, *flat]):
+            return self._gloo.reduce_scatter(outputs, inputs, opts)
+        op, average = _gloo_op(opts.reduceOp, flat, "reduce_scatter")
+        gloo_opts = _reduce_scatter_opts(op, opts.timeout)
+
+        def body() -> None:
+            outs = [_Contiguous(t) for t in outputs]
+            ins = [[_alias(t).contiguous() for t in group] for group in inputs]
+            self._gloo.reduce_scatter([v.dense for v in outs], ins, gloo_opts).wait()
+            for v in outs:
+                if average:
+                    v.dense.div_(self.size())
+                v.finish()
+        return self._run("reduce_scatter", [*outputs, *flat], outputs, body, agree=[*outputs, *flat])
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        if not self._on_neuron([output, input]):
+            return self._gloo._reduce_scatter_base(output, input, opts)
+        _check_sizes("reduce_scatter_tensor", input, output, self.size())
+        op, average = _gloo_op(opts.reduceOp, [input], "reduce_scatter_tensor")
+        gloo_opts = _reduce_scatter_opts(op, opts.timeout)
+
+        def body() -> None:
+            out = _Contiguous(output)
+            # Gloo reduces in place into its input: work on a copy, the caller's input is kept.
+            self._gloo._reduce_scatter_base(out.dense, _alias(input).contiguous().clone(), gloo_opts).wait()
+            if average:
+                out.dense.div_(self.size())
+            out.finish()
+        return self._run("reduce_scatter_tensor", [output, input], [output], body, agree=[output, input])
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+        return works[-1]
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                      input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        if not self._on_neuron([output, input]):
+            return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+        def body() -> None:
+            out = _Contiguous(output)
+            self._gloo.alltoall_base(out.dense, _alias(input).contiguous(), output_split_sizes,
+                                     input_split_sizes, opts).wait()
+            out.finish()
+        return self._run("all_to_all_single", [output, input], [output], body, agree=[])
+
+    all_to_all_single = alltoall_base
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        if not self._on_neuron([*outputs, *inputs]):
+            return self._gloo.alltoall(outputs, inputs, opts)
+
+        def body() -> None:
+            outs = [_Contiguous(t) for t in outputs]
+            self._gloo.alltoall([v.dense for v in outs], [_alias(t).contiguous() for t in inputs], opts).wait()
+            for v in outs:
+                v.finish()
+        return self._run("all_to_all", [*outputs, *inputs], outputs, body, agree=[])
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts or dist.GatherOptions()
+        flat = [t for group in outputs for t in group]
+        if not self._on_neuron([*inputs, *flat]):
+            return self._gloo.gather(outputs, inputs, opts)
+
+        def body() -> None:
+            out_views = [[_Contiguous(t) for t in group] for group in outputs]
+            self._gloo.gather([[v.dense for v in group] for group in out_views],
+                              [_alias(t).contiguous() for t in inputs], opts).wait()
+            for group in out_views:
+                for v in group:
+                    v.finish()
+        return self._run("gather", [*inputs, *flat], flat, body, agree=inputs, root=opts.rootRank)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> dist.Work:
+        opts = opts or dist.ScatterOptions()
+        flat = [t for group in inputs for t in group]
+        if not self._on_neuron([*outputs, *flat]):
+            return self._gloo.scatter(outputs, inputs, opts)
+
+        def body() -> None:
+            outs = [_Contiguous(t) for t in outputs]
+            self._gloo.scatter([v.dense for v in outs], [[_alias(t).contiguous() for t in group] for group in inputs],
+                               opts).wait()
+            for v in outs:
+                v.finish()
+        return self._run("scatter", [*outputs, *flat], outputs, body, agree=outputs, root=opts.rootRank)
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        """Blocks until every rank reached it, after this process's queued device work."""
+        torch.neuron.synchronize() if torch.neuron.is_initialized() else None
+        return self._gloo.barrier(opts or dist.BarrierOptions())
+
+    def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        args = (timeout,) if timeout is not None else ()
+        self._gloo.monitored_barrier(*args, wait_all_ranks=wait_all_ranks)
+
+    # -- point to point: posted by a kernel, waited for by the stream at work.wait()
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
+        if not self._on_neuron(tensors):
+            return self._gloo.send(tensors, dst, tag)
+        return self._p2p("send", tensors, lambda dense: self._gloo.send(dense, dst, tag), dst, copy_back=False)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
+        if not self._on_neuron(tensors):
+            return self._gloo.recv(tensors, src, tag)
+        return self._p2p("recv", tensors, lambda dense: self._gloo.recv(dense, src, tag), src, copy_back=True)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist.Work:
+        if not self._on_neuron(tensors):
+            return self._gloo.recv_anysource(tensors, tag)
+        return self._p2p("recv", tensors, lambda dense: self._gloo.recv_anysource(dense, tag), -1, copy_back=True)
+
+    def _p2p(self, name: str, tensors: list[torch.Tensor], post: Callable[[list[torch.Tensor]], dist.Work],
+             peer: int, *, copy_back: bool) -> dist.Work:
+        """A send or receive is posted to Gloo by a kernel on the communication stream without
+        waiting for the peer (so a rank may post its receive before its send, as with
+        ``batch_isend_irecv``); ``work.wait()`` queues the wait for its completion."""
+        posted: list[tuple[dist.Work, list[_Contiguous]]] = []
+
+        def post_kernel() -> None:
+            views = [_Contiguous(t) for t in tensors]
+            posted.append((post([v.dense for v in views]), views))
+
+        self._run(f"{name} (peer {peer}) post", tensors, tensors, post_kernel)
+
+        def complete() -> None:
+            work, views = posted[0]
+            work.wait()
+            if copy_back:
+                for v in views:
+                    v.finish()
+        return _DeferredWork(self, f"{name} (peer {peer})", tensors, complete)
+
+    # -- coalescing (``_coalescing_manager``, ``batch_isend_irecv``): ops run as issued
+    def _start_coalescing(self, device: torch.device) -> None:
+        """Operations inside a coalescing block are queued one by one, in order."""
+
+    def _end_coalescing(self, device: torch.device) -> dist.Work:
+        return self.barrier() if device.type != "neuron" else _DoneWork()
+
+
+class _DoneWork(dist.Work):
+    """The work of a coalescing block whose operations each returned their own work."""
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class _DeferredWork(dist.Work):
+    """A point-to-point operation: its completion is queued on the communication stream when the
+    caller waits (or when it is garbage: the receive still lands before later collectives)."""
+
+    def __init__(self, group: NeuronProcessGroup, name: str, tensors: list[torch.Tensor],
+                 complete: Callable[[], None]) -> None:
+        super().__init__()
+        self._work: dist.Work | None = None
+        self._group, self._name, self._tensors, self._complete = group, name, tensors, complete
+
+    def _queued(self) -> dist.Work:
+        if self._work is None:
+            self._work = self._group._run(self._name, self._tensors, self._tensors, self._complete)
+        return self._work
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return self._queued().wait(timeout)
+
+    def is_completed(self) -> bool:
+        return self._work is not None and self._work.is_completed()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._queued().get_future()
+
+    def synchronize(self) -> None:
+        self._queued().synchronize()
+
+
+_COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "allgather_into_tensor", "reduce_scatter",
+                "reduce_scatter_tensor", "all_to_all_single", "all_to_all", "gather", "scatter")
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.int64, torch.int16,
+           torch.int8, torch.uint8, torch.bool)
+
+
+def _signature(name: str, tensors: Sequence[torch.Tensor], root: int) -> list[int]:
+    """What every rank must agree on: the collective, the root, the dtype and element count of
+    each tensor whose size is fixed across ranks (all-to-all: the dtype only)."""
+    dtypes = {t.dtype for t in tensors} or {torch.float32}
+    sizes = [] if name.startswith("all_to_all") else [t.numel() for t in tensors]
+    codes = [_DTYPES.index(d) if d in _DTYPES else 99 for d in sorted(dtypes, key=str)]
+    return [_COLLECTIVES.index(name), root, len(codes), *codes, len(sizes), *sizes]
+
+
+def _describe(signature: list[int]) -> str:
+    name, root, *rest = signature
+    return f"{_COLLECTIVES[name] if 0 <= name < len(_COLLECTIVES) else name} root {root} dtype/sizes {rest}"
+
+
+def _check_sizes(name: str, whole: torch.Tensor, part: torch.Tensor, size: int) -> None:
+    if whole.numel() != part.numel() * size or whole.dtype != part.dtype:
+        raise ValueError(f"{name} on neuron: the larger tensor must hold group size ({size}) x the smaller "
+                         f"of the same dtype, got {tuple(whole.shape)} {whole.dtype} and "
+                         f"{tuple(part.shape)} {part.dtype}")
+
+
+def _allreduce_opts(op: Any, timeout: timedelta) -> dist.AllreduceOptions:
+    opts = dist.AllreduceOptions()
+    opts.reduceOp, opts.timeout = op, timeout
+    return opts
+
+
+def _reduce_scatter_opts(op: Any, timeout: timedelta) -> dist.ReduceScatterOptions:
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp, opts.timeout = op, timeout
+    return opts
+
+
+def create(options: Any, backend_options: Any) -> NeuronProcessGroup:
+    """The backend's creator (``Backend.register_backend(..., extended_api=True)``)."""
+    return NeuronProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
+                              options.group_id)
