@@ -94,6 +94,18 @@ uint64_t HardwareQueue::push(int stream, Item item) {
   return seq;
 }
 
+bool HardwareQueue::full() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_ >= max_inflight_;
+}
+
+void HardwareQueue::wait_for_room() {
+  std::unique_lock<std::mutex> lock(mu_);
+  waiters_++;
+  done_cv_.wait(lock, [&] { return pending_ < max_inflight_; });
+  waiters_--;
+}
+
 uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo info,
                                std::shared_ptr<std::exception_ptr> capture) {
   Item item;

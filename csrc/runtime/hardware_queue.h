@@ -106,6 +106,10 @@ class HardwareQueue final : public StreamProgress {
   bool query_stream(int stream) const;
   std::vector<StreamPosition> positions() const override;
   void wait_item(int stream, uint64_t seq);   // until the given launch has executed
+  // Whether a launch would block on the queue's depth, and the wait until it would not: a
+  // caller that must not block in launch (it holds a lock a kernel needs) waits here first.
+  bool full() const;
+  void wait_for_room();
   void synchronize_stream(int stream);
   void synchronize();                          // every stream of this core
   void wait_event(const Event& event);

@@ -143,7 +143,7 @@ void synchronize_stream(const c10::Stream& stream) {
   release_host_openmp_threads();
   auto& c = core(stream.device_index());
   const profiler::SyncSpan span(stream.device_index(), "neuronStreamSynchronize");
-  c.queue.synchronize_stream(static_cast<int>(stream.id()));
+  without_gil([&] { c.queue.synchronize_stream(static_cast<int>(stream.id())); });
   raise_pending_error(c);
 }
 
@@ -152,7 +152,9 @@ void synchronize_device(c10::DeviceIndex index) {
   release_host_openmp_threads();
   auto& c = core(index);
   const profiler::SyncSpan span(index, "neuronDeviceSynchronize");
-  c.queue.synchronize();
+  // Without the interpreter lock: Python kernels on the queue (compiled graphs, kernel-language
+  // ops, collectives) take it to run. Callers such as a storage resize hold it.
+  without_gil([&] { c.queue.synchronize(); });
   raise_pending_error(c);
 }
 

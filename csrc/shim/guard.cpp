@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device.h"
+#include "launch.h"
 #include "openmp.h"
 
 namespace torch_neuronx {
@@ -102,7 +103,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     const auto& e = *static_cast<EventPtr*>(event);
     auto& c = core(e->device);
     release_host_openmp_threads();
-    c.queue.wait_event(*e);
+    without_gil([&] { c.queue.wait_event(*e); });
     raise_pending_error(c);
   }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {

@@ -25,6 +25,11 @@ from .. import _C
 from .work import NeuronWork
 
 _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# One communication stream per core, shared by every process group of the process: a core runs
+# one kernel at a time and a collective's kernel waits for its peers, so collectives must run in
+# the order they were issued (NCCL's rule for overlapping communicators, made strict), or two
+# ranks could each wait inside a different group's collective.
+_COMM_STREAMS: dict[int, torch.Stream] = {}
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
@@ -66,7 +71,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._name = group_name
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
-        self._streams: dict[int, torch.Stream] = {}
 
     # -- identity (the C++ base keeps a name only for groups with C++ backends)
     def getBackendName(self) -> str:
@@ -84,10 +88,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return f"NeuronProcessGroup(rank={self.rank()}, size={self.size()})"
 
     # -- the launch of one collective
-    def _stream(self, device: int) -> torch.Stream:
-        if device not in self._streams:
-            self._streams[device] = torch.neuron.Stream(device=device)
-        return self._streams[device]
+    @staticmethod
+    def _stream(device: int) -> torch.Stream:
+        if device not in _COMM_STREAMS:
+            _COMM_STREAMS[device] = torch.neuron.Stream(device=device)
+        return _COMM_STREAMS[device]
 
     def _run(self, name: str, tensors: Sequence[torch.Tensor], outputs: list[torch.Tensor],
              body: Callable[[], None], agree: Sequence[torch.Tensor] | None = None, root: int = -1) -> dist.Work:
@@ -124,6 +129,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
             done = comm.record_event()
         return NeuronWork(label, done, future, outputs)
 
+    def _host(self) -> dist.ProcessGroup:
+        """Gloo for an operation issued from the calling thread (CPU tensors, barriers): first
+        the collectives already queued on the communication streams are issued, so every rank
+        hands Gloo its operations in program order (Gloo pairs them by order)."""
+        for stream in _COMM_STREAMS.values():
+            stream.synchronize()
+        return self._gloo
+
     def _verify(self, name: str, signature: list[int]) -> None:
         """Every rank passes the same signature, or all raise (one small Gloo all-reduce: the
         maximum of the values and of their negations)."""
@@ -142,7 +155,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
         if not self._on_neuron(tensors):
-            return self._gloo.allreduce(tensors, opts)
+            return self._host().allreduce(tensors, opts)
         op, average = _gloo_op(opts.reduceOp, tensors, "all_reduce")
 
         def body() -> None:
@@ -162,7 +175,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.BroadcastOptions()
         if not self._on_neuron(tensors):
-            return self._gloo.broadcast(tensors, opts)
+            return self._host().broadcast(tensors, opts)
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
@@ -174,7 +187,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
         if not self._on_neuron(tensors):
-            return self._gloo.reduce(tensors, opts)
+            return self._host().reduce(tensors, opts)
         op, average = _gloo_op(opts.reduceOp, tensors, "reduce")
         gloo_opts = dist.ReduceOptions()
         gloo_opts.reduceOp, gloo_opts.rootRank, gloo_opts.rootTensor = op, opts.rootRank, opts.rootTensor
@@ -193,7 +206,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllgatherOptions()
         flat = [t for group in outputs for t in group]
         if not self._on_neuron([*inputs, *flat]):
-            return self._gloo.allgather(outputs, inputs, opts)
+            return self._host().allgather(outputs, inputs, opts)
 
         def body() -> None:
             out_views = [[_Contiguous(t) for t in group] for group in outputs]
@@ -207,7 +220,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         opts = opts or dist.AllgatherOptions()
         if not self._on_neuron([output, input]):
-            return self._gloo._allgather_base(output, input, opts)
+            return self._host()._allgather_base(output, input, opts)
         _check_sizes("all_gather_into_tensor", output, input, self.size())
 
         def body() -> None:
@@ -235,7 +248,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         flat = [t for group in inputs for t in group]
         if not self._on_neuron([*outputs, *flat]):
-            return self._gloo.reduce_scatter(outputs, inputs, opts)
+            return self._host().reduce_scatter(outputs, inputs, opts)
         op, average = _gloo_op(opts.reduceOp, flat, "reduce_scatter")
         gloo_opts = _reduce_scatter_opts(op, opts.timeout)
 
@@ -252,7 +265,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceScatterOptions()
         if not self._on_neuron([output, input]):
-            return self._gloo._reduce_scatter_base(output, input, opts)
+            return self._host()._reduce_scatter_base(output, input, opts)
         _check_sizes("reduce_scatter_tensor", input, output, self.size())
         op, average = _gloo_op(opts.reduceOp, [input], "reduce_scatter_tensor")
         gloo_opts = _reduce_scatter_opts(op, opts.timeout)
@@ -279,7 +292,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                       input_split_sizes: list[int], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllToAllOptions()
         if not self._on_neuron([output, input]):
-            return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+            return self._host().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
         def body() -> None:
             out = _Contiguous(output)
@@ -293,7 +306,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllToAllOptions()
         if not self._on_neuron([*outputs, *inputs]):
-            return self._gloo.alltoall(outputs, inputs, opts)
+            return self._host().alltoall(outputs, inputs, opts)
 
         def body() -> None:
             outs = [_Contiguous(t) for t in outputs]
@@ -306,10 +319,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.GatherOptions()
         flat = [t for group in outputs for t in group]
         if not self._on_neuron([*inputs, *flat]):
-            return self._gloo.gather(outputs, inputs, opts)
+            return self._host().gather(outputs, inputs, opts)
+
+        destinations = outputs if self.rank() == opts.rootRank else []  # as for scatter
 
         def body() -> None:
-            out_views = [[_Contiguous(t) for t in group] for group in outputs]
+            out_views = [[_Contiguous(t) for t in group] for group in destinations]
             self._gloo.gather([[v.dense for v in group] for group in out_views],
                               [_alias(t).contiguous() for t in inputs], opts).wait()
             for group in out_views:
@@ -321,11 +336,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ScatterOptions()
         flat = [t for group in inputs for t in group]
         if not self._on_neuron([*outputs, *flat]):
-            return self._gloo.scatter(outputs, inputs, opts)
+            return self._host().scatter(outputs, inputs, opts)
+
+        # Only the root's list is read (Gloo refuses one on the other ranks; DTensor passes it on all).
+        sources = inputs if self.rank() == opts.rootRank else []
 
         def body() -> None:
             outs = [_Contiguous(t) for t in outputs]
-            self._gloo.scatter([v.dense for v in outs], [[_alias(t).contiguous() for t in group] for group in inputs],
+            self._gloo.scatter([v.dense for v in outs], [[_alias(t).contiguous() for t in group] for group in sources],
                                opts).wait()
             for v in outs:
                 v.finish()
@@ -333,27 +351,28 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts: Any = None) -> dist.Work:
         """Blocks until every rank reached it, after this process's queued device work."""
-        torch.neuron.synchronize() if torch.neuron.is_initialized() else None
-        return self._gloo.barrier(opts or dist.BarrierOptions())
+        if torch.neuron.is_initialized():
+            torch.neuron.synchronize()
+        return self._host().barrier(opts or dist.BarrierOptions())
 
     def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
         args = (timeout,) if timeout is not None else ()
-        self._gloo.monitored_barrier(*args, wait_all_ranks=wait_all_ranks)
+        self._host().monitored_barrier(*args, wait_all_ranks=wait_all_ranks)
 
     # -- point to point: posted by a kernel, waited for by the stream at work.wait()
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
         if not self._on_neuron(tensors):
-            return self._gloo.send(tensors, dst, tag)
+            return self._host().send(tensors, dst, tag)
         return self._p2p("send", tensors, lambda dense: self._gloo.send(dense, dst, tag), dst, copy_back=False)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
         if not self._on_neuron(tensors):
-            return self._gloo.recv(tensors, src, tag)
+            return self._host().recv(tensors, src, tag)
         return self._p2p("recv", tensors, lambda dense: self._gloo.recv(dense, src, tag), src, copy_back=True)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> dist.Work:
         if not self._on_neuron(tensors):
-            return self._gloo.recv_anysource(tensors, tag)
+            return self._host().recv_anysource(tensors, tag)
         return self._p2p("recv", tensors, lambda dense: self._gloo.recv_anysource(dense, tag), -1, copy_back=True)
 
     def _p2p(self, name: str, tensors: list[torch.Tensor], post: Callable[[list[torch.Tensor]], dist.Work],
