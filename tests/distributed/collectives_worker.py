@@ -3,14 +3,13 @@
 every rank's inputs, which each rank can rebuild (they depend only on the rank)."""
 from __future__ import annotations
 
-import json
 import os
-import traceback
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+from launch import run_checks
 
 import torch_neuronx  # noqa: F401
 
@@ -261,24 +260,5 @@ def mismatched_shapes_give_an_error() -> None:
         raise AssertionError("a size mismatch across ranks did not raise")
 
 
-def main() -> None:
-    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend=os.environ.get("BACKEND", "neuron"))
-    only = os.environ.get("CHECKS")
-    results = {}
-    for name, fn in CHECKS.items():
-        if only and name not in only.split(","):
-            continue
-        try:
-            fn()
-            results[name] = "ok"
-        except Exception:
-            results[name] = traceback.format_exc()
-        dist.barrier()
-    with open(os.path.join(os.environ["RESULTS_DIR"], f"rank{rank()}.json"), "w") as f:
-        json.dump(results, f)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    run_checks(CHECKS)

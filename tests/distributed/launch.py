@@ -6,6 +6,8 @@ import os
 import socket
 import subprocess
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch_neuronx
@@ -33,3 +35,26 @@ def torchrun(script: str, nproc: int, tmp_path: Path, *args: str, timeout: float
 
 def rank_results(tmp_path: Path, nproc: int) -> list[dict]:
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def run_checks(checks: dict[str, Callable[[], None]]) -> None:
+    """A worker's main: on the core of its local rank, in a ``neuron`` process group, every check
+    (or those named in $CHECKS), its outcome ("ok" or the traceback) written to
+    ``$RESULTS_DIR/rank<N>.json``; a barrier after each keeps the ranks on the same check."""
+    import torch
+    import torch.distributed as dist
+    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend="neuron")
+    only = os.environ.get("CHECKS", "").split(",")
+    results = {}
+    for name, fn in checks.items():
+        if only != [""] and name not in only:
+            continue
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+        dist.barrier()
+    (Path(os.environ["RESULTS_DIR"]) / f"rank{dist.get_rank()}.json").write_text(json.dumps(results))
+    dist.destroy_process_group()

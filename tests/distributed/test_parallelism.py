@@ -1,11 +1,13 @@
 """Parallelism APIs unchanged on ``neuron``: DDP training of the small GPT across processes equals
-single-process CPU training on the same global batch (tests/distributed/ddp_worker.py)."""
+single-process CPU training on the same global batch (tests/distributed/ddp_worker.py); DTensor,
+tensor parallelism and FSDP2 match the same computation on the CPU (sharding_worker.py)."""
 from __future__ import annotations
 
 import json
 
 import pytest
-from launch import torchrun
+from launch import rank_results, torchrun
+from sharding_worker import CHECKS as SHARDING_CHECKS
 
 
 @pytest.mark.parametrize("nproc", [2, pytest.param(4, marks=pytest.mark.slow)])
@@ -14,3 +16,17 @@ def test_ddp_training_matches_cpu_training_on_the_global_batch(tmp_path, nproc):
     assert result.returncode == 0, result.stderr[-4000:]
     losses = json.loads((tmp_path / "ddp.json").read_text())
     assert len(losses["losses"]) == 5 and losses["losses"][-1] < losses["losses"][0]
+
+
+@pytest.fixture(scope="module")
+def sharding(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharding")
+    result = torchrun("sharding_worker.py", 2, out)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return rank_results(out, 2)
+
+
+@pytest.mark.parametrize("name", list(SHARDING_CHECKS))
+def test_sharded_parallelism(sharding, name):
+    for rank, results in enumerate(sharding):
+        assert results[name] == "ok", f"rank {rank}:\n{results[name]}"
