@@ -10,6 +10,8 @@ import torch.distributed as dist
 from launch import run_checks
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -94,6 +96,50 @@ def fsdp2_training_matches_cpu() -> None:
 @check
 def fsdp2_bf16_params_fp32_reduce() -> None:
     fsdp_training(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+
+
+@check
+def pipeline_schedules_match_cpu() -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("neuron", torch.neuron.current_device())
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 8) for _ in range(world)]
+    reference = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(world)])
+    for ref_layer, layer in zip(reference, layers):
+        ref_layer.load_state_dict(layer.state_dict())
+    stage = PipelineStage(layers[rank].to(device), rank, world, device)
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(8, 8, generator=torch.Generator().manual_seed(2))
+    for schedule in (ScheduleGPipe, Schedule1F1B):
+        for model in (layers[rank], reference):
+            model.zero_grad(set_to_none=True)
+        run = schedule(stage, n_microbatches=4, loss_fn=torch.nn.functional.mse_loss)
+        if rank == 0:
+            run.step(x.to(device))
+        elif rank == world - 1:
+            run.step(target=y.to(device))
+        else:
+            run.step()
+        # The schedules average the microbatches' losses.
+        (sum(map(torch.nn.functional.mse_loss, reference(x).chunk(4), y.chunk(4))) / 4).backward()
+        for p, q in zip(layers[rank].parameters(), reference[rank].parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, msg=schedule.__name__)
+
+
+@check
+def zero_redundancy_optimizer_matches_cpu() -> None:
+    model, reference = pair()
+    model.to("neuron")
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=0.1)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.1)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))  # the same batch on every rank
+    for _ in range(2):
+        for m, o, inp in ((model, opt, x.to("neuron")), (reference, ref_opt, x)):
+            o.zero_grad()
+            m(inp).square().mean().backward()
+            o.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach())
 
 
 if __name__ == "__main__":

@@ -30,3 +30,12 @@ def sharding(tmp_path_factory):
 def test_sharded_parallelism(sharding, name):
     for rank, results in enumerate(sharding):
         assert results[name] == "ok", f"rank {rank}:\n{results[name]}"
+
+
+@pytest.mark.parametrize("saved_on", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_a_sharded_checkpoint_loads_on_two_ranks(tmp_path, saved_on):
+    checkpoint = str(tmp_path / "checkpoint")
+    saved = torchrun("checkpoint_worker.py", saved_on, tmp_path, "save", checkpoint)
+    assert saved.returncode == 0, saved.stderr[-4000:]
+    loaded = torchrun("checkpoint_worker.py", 2, tmp_path, "load", checkpoint)
+    assert loaded.returncode == 0, loaded.stderr[-4000:]
