@@ -233,15 +233,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> dist.Work:
-        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return works[-1]
+        return _each(self._allgather_base, outputs, inputs, opts)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> dist.Work:
-        works = [self.allgather([o], [i], opts) for o, i in zip(outputs, inputs, strict=True)]
-        return works[-1]
+        return _each(lambda o, i, opts: self.allgather([o], [i], opts), outputs, inputs, opts)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                        opts: Any = None) -> dist.Work:
@@ -283,8 +281,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
                                         opts: Any = None) -> dist.Work:
-        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return works[-1]
+        return _each(self._reduce_scatter_base, outputs, inputs, opts)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -460,6 +457,14 @@ def _signature(name: str, tensors: Sequence[torch.Tensor], root: int) -> list[in
 def _describe(signature: list[int]) -> str:
     name, root, *rest = signature
     return f"{_COLLECTIVES[name] if 0 <= name < len(_COLLECTIVES) else name} root {root} dtype/sizes {rest}"
+
+
+def _each(collective: Callable[..., dist.Work], outputs: Sequence[Any], inputs: Sequence[Any],
+          opts: Any) -> dist.Work:
+    """A coalesced form: one collective per (output, input) pair, queued in order on the one
+    communication stream, so waiting for the last waits for all."""
+    works = [collective(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
+    return works[-1]
 
 
 def _check_sizes(name: str, whole: torch.Tensor, part: torch.Tensor, size: int) -> None:
