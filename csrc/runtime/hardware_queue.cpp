@@ -17,6 +17,7 @@ Nanos now_ns() {
 namespace {
 std::atomic<KernelObserver> kernel_observer{nullptr};
 std::atomic<IdleRelease> idle_release{nullptr};
+std::atomic<HostWait> host_wait{nullptr};
 std::atomic<WorkerStart> worker_start{nullptr};
 thread_local bool tls_worker = false;
 thread_local int tls_executing = -1;  // the core whose kernel this thread is executing
@@ -34,6 +35,7 @@ void set_worker_start(WorkerStart start) { worker_start = start; }
 void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; }
 
 void set_idle_release(IdleRelease release) { idle_release = release; }
+void set_host_wait(HostWait wait) { host_wait = wait; }
 
 HardwareQueue::HardwareQueue(int device, size_t max_inflight, bool inline_kernels)
     : device_(device), max_inflight_(max_inflight), inline_kernels_(inline_kernels) {
@@ -76,11 +78,19 @@ uint64_t HardwareQueue::push(int stream, Item item) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     // Like a hardware launch queue, the queue has a depth: the host blocks when it runs too
-    // far ahead, which also bounds the memory that pending kernels keep alive.
-    if (pending_ >= max_inflight_) {
-      waiters_++;
-      done_cv_.wait(lock, [&] { return pending_ < max_inflight_; });
-      waiters_--;
+    // far ahead, which also bounds the memory that pending kernels keep alive. The wait runs
+    // in the host-wait hook without our lock held (the hook may take the interpreter lock
+    // back afterwards, which a kernel holding our lock could be waiting for).
+    while (pending_ >= max_inflight_) {
+      lock.unlock();
+      auto room = [this] {
+        std::unique_lock<std::mutex> inner(mu_);
+        waiters_++;
+        done_cv_.wait(inner, [&] { return pending_ < max_inflight_; });
+        waiters_--;
+      };
+      if (HostWait wait = host_wait.load()) wait(room); else room();
+      lock.lock();
     }
     Stream& s = streams_.at(stream);
     seq = item.seq = next_seq_++;
@@ -92,18 +102,6 @@ uint64_t HardwareQueue::push(int stream, Item item) {
   }
   if (wake) work_cv_.notify_one();
   return seq;
-}
-
-bool HardwareQueue::full() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return pending_ >= max_inflight_;
-}
-
-void HardwareQueue::wait_for_room() {
-  std::unique_lock<std::mutex> lock(mu_);
-  waiters_++;
-  done_cv_.wait(lock, [&] { return pending_ < max_inflight_; });
-  waiters_--;
 }
 
 uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo info,

@@ -73,6 +73,11 @@ void set_worker_start(WorkerStart start);
 using IdleRelease = void (*)();
 void set_idle_release(IdleRelease release);
 
+// Runs a host thread's wait for room in a full queue (the shim releases the interpreter lock
+// there: the kernels being waited for may be Python kernels that need it).
+using HostWait = void (*)(const std::function<void()>& wait);
+void set_host_wait(HostWait host_wait);
+
 // Which kernels may run on the launching thread when the core is idle, saving the hand-off to
 // the worker. Parallel kernels use the compute threads of the thread that runs them, and two
 // sets of compute threads slow each other down, so the worker's and a host thread's are not
@@ -106,10 +111,6 @@ class HardwareQueue final : public StreamProgress {
   bool query_stream(int stream) const;
   std::vector<StreamPosition> positions() const override;
   void wait_item(int stream, uint64_t seq);   // until the given launch has executed
-  // Whether a launch would block on the queue's depth, and the wait until it would not: a
-  // caller that must not block in launch (it holds a lock a kernel needs) waits here first.
-  bool full() const;
-  void wait_for_room();
   void synchronize_stream(int stream);
   void synchronize();                          // every stream of this core
   void wait_event(const Event& event);

@@ -89,9 +89,6 @@ bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
   auto error = blocking ? std::make_shared<std::exception_ptr>() : nullptr;
   const uint64_t token = profiler::on_launch(device, std::move(how.described));
   neuron_rt::LaunchInfo info{std::move(how.name), launch_stack(), token};
-  // A full queue is waited on without the interpreter lock: the kernels it waits for may be
-  // Python kernels (compiled graphs, kernel-language ops, collectives) that need it.
-  if (c.queue.full()) without_gil([&] { c.queue.wait_for_room(); });
   const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
   profiler::on_enqueued(token);
   if (!blocking) return true;

@@ -98,6 +98,9 @@ PYBIND11_MODULE(_C, m) {
         py::kw_only(), py::arg("wait"));
   m.def("_kernel_counts", [](int device) { return core(device).queue.kernel_counts(); });
   neuron_rt::set_idle_release(&release_worker_openmp_threads);
+  // A full queue is waited on without the interpreter lock: the kernels it waits for may be
+  // Python kernels (compiled graphs, kernel-language ops, collectives) that need it.
+  neuron_rt::set_host_wait(&without_gil);
   neuron_rt::set_worker_start(&setup_worker_thread);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);

@@ -71,6 +71,34 @@ def all_reduce_every_op_and_dtype() -> None:
 
 
 @check
+def bool_tensors() -> None:
+    flags = (torch.arange(6) % (rank() + 2) == 0)
+    everyone = [torch.arange(6) % (r + 2) == 0 for r in range(world())]
+    for op, reference in {dist.ReduceOp.MAX: torch.stack(everyone).any(0),
+                          dist.ReduceOp.MIN: torch.stack(everyone).all(0)}.items():
+        x = flags.to(dev())
+        dist.all_reduce(x, op=op)
+        same(x, reference)
+    x = flags.to(dev())
+    dist.broadcast(x, src=world() - 1)
+    same(x, everyone[-1])
+    out = torch.empty(6 * world(), dtype=torch.bool, device=dev())
+    dist.all_gather_into_tensor(out, flags.to(dev()))
+    same(out, torch.cat(everyone))
+
+
+@check
+def more_collectives_in_flight_than_the_queue_holds() -> None:
+    """Queued without a host sync, more collectives than the core's queue depth (256): the host
+    waits for room without holding the interpreter lock the collectives' kernels need."""
+    x = torch.ones(4, device=dev())
+    for _ in range(300):
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        x.add_(1)
+    same(x, torch.full((4,), 301.0))
+
+
+@check
 def all_reduce_avg() -> None:
     x = values(rank()).to(dev())
     dist.all_reduce(x, op=dist.ReduceOp.AVG)

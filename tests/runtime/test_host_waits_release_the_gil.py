@@ -27,6 +27,12 @@ _C._launch_python_kernel(0, python_kernel, "python kernel", wait=False)
 CASES = {
     # the queue (depth 4 below) fills while the Python kernel waits for the lock
     "full queue": "for _ in range(32):\n    x.add_(1)\nprint(x[0].item())",
+    # events recorded and waited on also take a place in the queue (a loop of collectives)
+    "full queue of event records": "for _ in range(32):\n    torch.neuron.current_stream().record_event()\n"
+                                   "torch.neuron.synchronize()\nprint('synchronized')",
+    "full queue of event waits": "s = torch.neuron.Stream()\ne = s.record_event()\nfor _ in range(32):\n"
+                                 "    torch.neuron.current_stream().wait_event(e)\n"
+                                 "torch.neuron.synchronize()\nprint('synchronized')",
     "storage resize": "x.untyped_storage().resize_(8192)\nprint(x.untyped_storage().nbytes())",
     "event wait": "e = torch.neuron.Event()\ne.record()\ne.synchronize()\nprint('synchronized')",
     "stream wait": "torch.neuron.current_stream().synchronize()\nprint('synchronized')",
