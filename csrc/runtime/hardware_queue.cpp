@@ -89,7 +89,8 @@ uint64_t HardwareQueue::push(int stream, Item item) {
         done_cv_.wait(inner, [&] { return pending_ < max_inflight_; });
         waiters_--;
       };
-      if (HostWait wait = host_wait.load()) wait(room); else room();
+      if (HostWait wait = host_wait.load()) wait(room);
+      else room();
       lock.lock();
     }
     Stream& s = streams_.at(stream);

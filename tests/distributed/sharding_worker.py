@@ -7,13 +7,22 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.utils.parametrize
 from launch import run_checks
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
 
 import torch_neuronx  # noqa: F401
 
@@ -29,9 +38,10 @@ def mlp() -> torch.nn.Sequential:
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
 
 
-def pair() -> tuple[torch.nn.Module, torch.nn.Module]:
+def pair(make: Callable[[], torch.nn.Module] = mlp) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Two models with the same initial weights: one for the ranks, one for the CPU."""
     torch.manual_seed(0)
-    model, reference = mlp(), mlp()
+    model, reference = make(), make()
     reference.load_state_dict(model.state_dict())
     return model, reference
 
@@ -61,41 +71,194 @@ def tensor_parallel_mlp_matches_cpu() -> None:
         torch.testing.assert_close(p.grad.full_tensor().cpu(), q.grad)
 
 
-def fsdp_training(mp_policy: MixedPrecisionPolicy | None) -> None:
-    rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("neuron", (world,))
-    model, reference = pair()
-    model.to("neuron")
-    kwargs = {"mesh": mesh} | ({"mp_policy": mp_policy} if mp_policy else {})
-    for layer in (model[0], model[2]):
-        fully_shard(layer, **kwargs)
-    fully_shard(model, **kwargs)
+def train_like_cpu(model: torch.nn.Module, reference: torch.nn.Module, steps: int = 3, share: int | None = None,
+                   shares: int | None = None, **tol: float) -> None:
+    """SGD steps of ``model`` on share ``share`` of ``shares`` of each global batch (default:
+    the rank's of the world; a data-parallel wrapper averages the gradients) and of
+    ``reference`` on the whole batch on the CPU; the parameters must end equal."""
+    share, shares = dist.get_rank() if share is None else share, dist.get_world_size() if shares is None else shares
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference))
     g = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        x = torch.randn(2 * world, 8, generator=g)
-        loss = model(x[2 * rank:2 * rank + 2].to("neuron")).square().mean()
+    for _ in range(steps):
+        x = torch.randn(2 * shares, 8, generator=g)
         opt.zero_grad()
-        loss.backward()
+        out = model(x[2 * share:2 * share + 2].to("neuron"))
+        assert out.device.type == "neuron", out.device
+        out.square().mean().backward()
         opt.step()
-        ref_loss = reference(x).square().mean()
         ref_opt.zero_grad()
-        ref_loss.backward()
+        reference(x).square().mean().backward()
         ref_opt.step()
-    # bf16 parameters in compute: the tolerance of bf16, fp32 otherwise.
-    tol = {} if mp_policy is None else dict(rtol=2e-2, atol=2e-2)
     for p, q in zip(model.parameters(), reference.parameters()):
-        torch.testing.assert_close(p.full_tensor().cpu(), q.detach(), **tol)
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        torch.testing.assert_close(full.detach().cpu(), q.detach(), **tol)
+
+
+class Block(torch.nn.Module):
+    """Norm, MLP and a vocabulary head: the layers a sequence-parallel transformer shards."""
+
+    def __init__(self, vocab: int = 16) -> None:
+        super().__init__()
+        self.norm, self.up, self.down = torch.nn.LayerNorm(8), torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+        self.head = torch.nn.Linear(8, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.down(self.up(self.norm(x)).relu()))
+
+
+@check
+def sequence_parallel_and_loss_parallel_match_cpu() -> None:
+    """The norm runs on this rank's share of the sequence, the MLP gathers it and scatters it
+    back, the head's logits stay sharded over the vocabulary and the loss is computed on them
+    (loss_parallel): loss and gradients equal the CPU's."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("neuron", (world,))
+    torch.manual_seed(0)
+    model, reference = Block(), Block()
+    reference.load_state_dict(model.state_dict())
+    plan = {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+            "down": RowwiseParallel(output_layouts=Shard(1)),
+            "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False)}
+    sp = parallelize_module(model.to("neuron"), mesh, plan)
+    g = torch.Generator().manual_seed(1)
+    x, labels = torch.randn(2, 2 * world, 8, generator=g), torch.randint(0, 16, (2, 2 * world), generator=g)
+    logits = sp(x.chunk(world, dim=1)[rank].to("neuron"))
+    with loss_parallel():
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten().to("neuron"))
+        loss.backward()
+    expected = torch.nn.functional.cross_entropy(reference(x).flatten(0, 1), labels.flatten())
+    expected.backward()
+    torch.testing.assert_close(loss.full_tensor().cpu(), expected.detach())
+    for (name, p), q in zip(sp.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.full_tensor().cpu(), q.grad, msg=name)
+
+
+def fsdp_training(**options: object) -> torch.nn.Module:
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+    model, reference = pair()
+    if "offload_policy" not in options:
+        model.to("neuron")
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
+    # bf16 parameters in compute: the tolerance of bf16, fp32 otherwise.
+    train_like_cpu(model, reference, **({} if "mp_policy" not in options else dict(rtol=2e-2, atol=2e-2)))
+    return model
 
 
 @check
 def fsdp2_training_matches_cpu() -> None:
-    fsdp_training(None)
+    fsdp_training()
 
 
 @check
 def fsdp2_bf16_params_fp32_reduce() -> None:
-    fsdp_training(MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+    fsdp_training(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+
+
+@check
+def fsdp2_parameters_kept_unsharded_after_forward() -> None:
+    fsdp_training(reshard_after_forward=False)
+
+
+@check
+def fsdp2_cpu_offload() -> None:
+    """Sharded parameters, gradients and the optimizer step stay on the CPU; forward and
+    backward run on neuron."""
+    model = fsdp_training(offload_policy=CPUOffloadPolicy())
+    assert {p.to_local().device.type for p in model.parameters()} == {"cpu"}
+
+
+@check
+def fsdp2_with_tensor_parallel_2d_matches_cpu() -> None:
+    """A 2-D mesh (data parallel x tensor parallel, (1, 2) on 2 ranks, (2, 2) on 4): the MLP is
+    split over "tp" and its shards are sharded again over "dp"; training equals the CPU's."""
+    world = dist.get_world_size()
+    mesh = init_device_mesh("neuron", (world // 2, 2), mesh_dim_names=("dp", "tp"))
+    model, reference = pair()
+    parallelize_module(model.to("neuron"), mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    train_like_cpu(model, reference, share=mesh["dp"].get_local_rank(), shares=world // 2)
+
+
+@check
+def compiled_ddp_matches_cpu() -> None:
+    """torch.compile(backend="neuron") of a DDP model (Dynamo's DDPOptimizer splits the graph
+    at the buckets): the gradients are reduced as in eager."""
+    model, reference = pair()
+    ddp = DDP(model.to("neuron"))
+    train_like_cpu(torch.compile(ddp, backend="neuron"), reference)
+
+
+class ReplicateForCompute(torch.nn.Module):
+    """SimpleFSDP's parametrization: the sharded parameter is gathered for compute and its
+    gradient reduce-scattered (averaged) back to the shards, traced by torch.compile."""
+
+    def forward(self, shard: torch.Tensor) -> torch.Tensor:
+        return shard.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial("avg")])
+
+
+@check
+def compiled_simple_fsdp_matches_cpu() -> None:
+    """The whole FSDP step (all-gather, compute, reduce-scatter) in one compiled graph."""
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+    model, reference = pair()
+    model.to("neuron")
+    for layer in (model[0], model[2]):
+        for name in ("weight", "bias"):
+            shard = distribute_tensor(getattr(layer, name).detach(), mesh, [Shard(0)])
+            setattr(layer, name, torch.nn.Parameter(shard))
+            torch.nn.utils.parametrize.register_parametrization(layer, name, ReplicateForCompute(), unsafe=True)
+    train_like_cpu(torch.compile(model, backend="neuron", fullgraph=True), reference)
+
+
+class Branchy(torch.nn.Module):
+    """A layer used only on some steps (find_unused_parameters) and a checkpointed block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.extra = mlp(), torch.nn.Linear(8, 8)
+        self.use_extra = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = checkpoint(self.block, x, use_reentrant=False)
+        return self.extra(y) if self.use_extra else y
+
+
+@check
+def ddp_static_graph_and_activation_checkpointing() -> None:
+    model, reference = pair(Branchy)
+    train_like_cpu(DDP(model.to("neuron"), static_graph=True), reference)
+
+
+@check
+def ddp_find_unused_parameters() -> None:
+    model, reference = pair(Branchy)
+    model.use_extra = reference.use_extra = False
+    train_like_cpu(DDP(model.to("neuron"), find_unused_parameters=True), reference)
+    assert model.extra.weight.grad is None, "an unused parameter got a gradient"
+
+
+@check
+def ddp_no_sync_accumulates_locally() -> None:
+    """Two micro-batches, the first under no_sync (its gradients stay local, as the CPU's of
+    this rank's micro-batch alone); after the second the accumulated sum is averaged across
+    ranks, as the CPU's gradients of both global micro-batches."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, reference = pair()
+    alone, _ = pair()
+    ddp = DDP(model.to("neuron"))
+    micro = torch.randn(world, 2, 2, 8, generator=torch.Generator().manual_seed(1))  # rank, micro-batch, sample
+    with ddp.no_sync():
+        ddp(micro[rank, 0].to("neuron")).square().mean().backward()
+    alone(micro[rank, 0]).square().mean().backward()
+    for p, q in zip(model.parameters(), alone.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad)
+    ddp(micro[rank, 1].to("neuron")).square().mean().backward()
+    for i in range(2):
+        reference(micro[:, i].reshape(-1, 8)).square().mean().backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad)
 
 
 @check
@@ -124,6 +287,28 @@ def pipeline_schedules_match_cpu() -> None:
         (sum(map(torch.nn.functional.mse_loss, reference(x).chunk(4), y.chunk(4))) / 4).backward()
         for p, q in zip(layers[rank].parameters(), reference[rank].parameters()):
             torch.testing.assert_close(p.grad.cpu(), q.grad, msg=schedule.__name__)
+
+
+@check
+def pipeline_interleaved_1f1b_matches_cpu() -> None:
+    """Two stages per rank (rank r holds stages r and r + world), interleaved 1F1B."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("neuron", torch.neuron.current_device())
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(2 * world)])
+    mine = {i: torch.nn.Linear(8, 8) for i in (rank, rank + world)}
+    for i, layer in mine.items():
+        layer.load_state_dict(reference[i].state_dict())
+    stages = [PipelineStage(layer.to(device), i, 2 * world, device) for i, layer in mine.items()]
+    run = ScheduleInterleaved1F1B(stages, n_microbatches=2 * world, loss_fn=torch.nn.functional.mse_loss)
+    x = torch.randn(4 * world, 8, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(4 * world, 8, generator=torch.Generator().manual_seed(2))
+    kwargs = ({"target": y.to(device)} if rank == world - 1 else {})
+    run.step(*([x.to(device)] if rank == 0 else []), **kwargs)
+    (sum(map(torch.nn.functional.mse_loss, reference(x).chunk(2 * world), y.chunk(2 * world))) / (2 * world)).backward()
+    for i, layer in mine.items():
+        for p, q in zip(layer.parameters(), reference[i].parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, msg=f"stage {i}")
 
 
 @check

@@ -32,6 +32,17 @@ def test_sharded_parallelism(sharding, name):
         assert results[name] == "ok", f"rank {rank}:\n{results[name]}"
 
 
+@pytest.mark.slow
+def test_sharded_parallelism_on_four_ranks(tmp_path):
+    """The same checks on a 4-rank world: the 2-D mesh is (2, 2), pipelines have 4 stages."""
+    result = torchrun("sharding_worker.py", 4, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    failed = {(rank, name): outcome for rank, results in enumerate(rank_results(tmp_path, 4))
+              for name, outcome in results.items() if outcome != "ok"}
+    assert not failed, failed
+    assert set(rank_results(tmp_path, 4)[0]) == set(SHARDING_CHECKS)
+
+
 @pytest.mark.parametrize("saved_on", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_sharded_checkpoint_loads_on_two_ranks(tmp_path, saved_on):
     checkpoint = str(tmp_path / "checkpoint")

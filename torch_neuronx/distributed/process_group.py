@@ -13,6 +13,7 @@ returned by the backend's creator (torch keeps it as the group); see docs/distri
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from .. import _C
+from .eager_frames import never_traced
 from .work import NeuronWork
 
 _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -30,6 +32,8 @@ _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # the order they were issued (NCCL's rule for overlapping communicators, made strict), or two
 # ranks could each wait inside a different group's collective.
 _COMM_STREAMS: dict[int, torch.Stream] = {}
+# Long enough for a Gloo worker waiting for the interpreter lock to take it (see shutdown).
+_GLOO_SETTLE_SECONDS = 0.02
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
@@ -64,6 +68,7 @@ def _gloo_op(op: Any, tensors: Sequence[torch.Tensor], where: str) -> tuple[Redu
     return kind, False
 
 
+@never_traced
 class NeuronProcessGroup(dist.ProcessGroup):
     """A process group over ``size`` processes, each driving its own neuron core."""
 
@@ -136,6 +141,16 @@ class NeuronProcessGroup(dist.ProcessGroup):
         for stream in _COMM_STREAMS.values():
             stream.synchronize()
         return self._gloo
+
+    def shutdown(self) -> None:
+        """``destroy_process_group``: the queued collectives finish, then Gloo's worker threads
+        get a moment with the interpreter lock. In PyTorch 2.13 a Gloo worker drops its last
+        reference to a finished operation (and to the tensors it holds) just after the caller's
+        ``wait`` returns; when that happens during interpreter exit the process aborts
+        ("terminate called without an active exception", also with the plain ``gloo`` backend).
+        Not a collective: a dead peer cannot make it block."""
+        self._host()
+        time.sleep(_GLOO_SETTLE_SECONDS)
 
     def _verify(self, name: str, signature: list[int]) -> None:
         """Every rank passes the same signature, or all raise (one small Gloo all-reduce: the
@@ -401,6 +416,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self.barrier() if device.type != "neuron" else _DoneWork()
 
 
+@never_traced
 class _DoneWork(dist.Work):
     """The work of a coalescing block whose operations each returned their own work."""
 
@@ -411,6 +427,7 @@ class _DoneWork(dist.Work):
         return True
 
 
+@never_traced
 class _DeferredWork(dist.Work):
     """A point-to-point operation: its completion is queued on the communication stream when the
     caller waits (or when it is garbage: the receive still lands before later collectives)."""

@@ -14,7 +14,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .eager_frames import never_traced
 
+
+@never_traced
 class NeuronWork(dist.Work):
     """One collective queued on a communication stream."""
 
