@@ -22,15 +22,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _command(script: str, nproc: int, port: int, extra: tuple[str, ...], args: tuple[str, ...]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1", f"--master_port={port}", *extra, str(HERE / script), *args]
+
+
+def _env(tmp_path: Path, env: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RESULTS_DIR": str(tmp_path), "OMP_NUM_THREADS": "1",
+            **(env or {})}
+
+
 def torchrun(script: str, nproc: int, tmp_path: Path, *args: str, timeout: float = 300,
              env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``script`` (a file in this directory) on ``nproc`` local ranks; RESULTS_DIR is
     ``tmp_path``."""
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", *extra, str(HERE / script), *args]
-    child_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RESULTS_DIR": str(tmp_path),
-                 "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(command, env=child_env, text=True, capture_output=True, timeout=timeout)
+    return subprocess.run(_command(script, nproc, free_port(), extra, args), env=_env(tmp_path, env), text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def torchrun_nodes(script: str, nnodes: int, nproc: int, tmp_path: Path, timeout: float = 300,
+                   env: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """``nnodes`` torchrun process trees of ``nproc`` ranks each, as on ``nnodes`` machines
+    (``--nnodes``/``--node_rank``, one TCP rendezvous on loopback); each tree's return code and
+    stderr."""
+    port = free_port()
+    trees = [subprocess.Popen(_command(script, nproc, port, (f"--nnodes={nnodes}", f"--node_rank={r}"), ()),
+                              env=_env(tmp_path, env), text=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for r in range(nnodes)]
+    stderrs = [tree.communicate(timeout=timeout)[1] for tree in trees]
+    return [(tree.returncode, stderr) for tree, stderr in zip(trees, stderrs)]
 
 
 def rank_results(tmp_path: Path, nproc: int) -> list[dict]:
