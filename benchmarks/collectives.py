@@ -4,7 +4,9 @@ For 2 and 4 local ranks (torchrun-style processes on loopback), each rank times 
 all_gather_into_tensor and reduce_scatter_tensor of 1 MB to 256 MB on neuron tensors (the
 ``neuron`` backend) and on CPU tensors (a Gloo group of the same ranks), in alternating turns,
 and reports the median bus bandwidth (nccl-tests' definition: all_reduce moves 2(n-1)/n of the
-buffer per rank, the others (n-1)/n) and the small all_reduce latency (4 KB).
+buffer per rank, the others (n-1)/n) and the small all_reduce latency (4 KB: the mean of 50
+back-to-back all_reduces, each waited for, so the ranks' skew after the starting barrier does
+not count as latency).
 
     python benchmarks/collectives.py [--ranks 2 4] [--max-mb 256] [--iters 5] [--out DIR]
 """
@@ -22,6 +24,7 @@ import time
 import results
 
 OPS = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+LATENCY_REPS = 50
 
 
 def _bus_factor(op: str, n: int) -> float:
@@ -39,7 +42,7 @@ def worker(out_path: str, max_mb: int, iters: int) -> None:
     gloo = dist.new_group(backend="gloo")
     n = dist.get_world_size()
 
-    def run(op: str, device: str, numel: int) -> float:
+    def run(op: str, device: str, numel: int, reps: int) -> float:
         group = gloo if device == "cpu" else None
         x = torch.ones(numel, device=device)
         if op == "all_reduce":
@@ -53,9 +56,10 @@ def worker(out_path: str, max_mb: int, iters: int) -> None:
         sync()
         dist.barrier(group=gloo)
         start = time.perf_counter()
-        fn(*args, group=group)
-        sync()
-        return time.perf_counter() - start
+        for _ in range(reps):
+            fn(*args, group=group)
+            sync()
+        return (time.perf_counter() - start) / reps
 
     sizes = [1 << 20, 16 << 20, 64 << 20, 256 << 20]
     cases = [(op, size) for op in OPS for size in sizes if size <= max_mb << 20] + [("all_reduce", 4096)]
@@ -65,7 +69,7 @@ def worker(out_path: str, max_mb: int, iters: int) -> None:
         times: dict[str, list[float]] = {"neuron": [], "cpu": []}
         for _ in range(iters):
             for device in ("neuron", "cpu"):
-                times[device].append(run(op, device, numel))
+                times[device].append(run(op, device, numel, 1 if size >= 1 << 20 else LATENCY_REPS))
         rows.append({"op": op, "bytes": size, **{d: statistics.median(t) for d, t in times.items()}})
     if dist.get_rank() == 0:
         with open(out_path, "w") as f:

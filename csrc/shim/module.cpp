@@ -15,6 +15,7 @@
 #include "nested_tensor.h"
 #include "op_tracking.h"
 #include "profiler.h"
+#include "../runtime/shared_link.h"
 
 namespace py = pybind11;
 using namespace torch_neuronx;
@@ -102,6 +103,13 @@ PYBIND11_MODULE(_C, m) {
   // Python kernels (compiled graphs, kernel-language ops, collectives) that need it.
   neuron_rt::set_host_wait(&without_gil);
   neuron_rt::set_worker_start(&setup_worker_thread);
+  // The shared-memory link of a process group (torch_neuronx/distributed/shared_memory.py); the
+  // control block's address comes from the Python mapping of the segment.
+  m.def("_link_join",
+        [](uintptr_t control, int rank) { neuron_rt::link_join(reinterpret_cast<void*>(control), rank); });
+  m.def("_link_barrier", [](uintptr_t control, int rank, int size, double timeout_seconds) {
+    neuron_rt::link_barrier(reinterpret_cast<void*>(control), rank, size, timeout_seconds);
+  }, nogil);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
   m.def("_register_native_op", &register_native_op, py::arg("op"), py::kw_only(), py::arg("sync"),

@@ -277,6 +277,40 @@ def functional_collectives_eager_and_compiled() -> None:
 
 
 @check
+def the_transport_is_shared_memory_unless_turned_off() -> None:
+    group = dist.distributed_c10d._get_default_group()
+    wanted = os.environ.get("TORCH_NEURONX_DIST_SHARED_MEMORY", "1") != "0"
+    assert (group._link is not None) == wanted, (group._link, wanted)
+
+
+def integers(r: int, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rank r's large input: small integers (exact sums in any order), seeded by rank."""
+    return torch.randint(0, 8, (n,), generator=torch.Generator().manual_seed(r)).to(dtype)
+
+
+@check
+def tensors_larger_than_a_transfer_chunk() -> None:
+    """Several chunks of the shared-memory transport's 2 MB slots, with a ragged last one."""
+    n = 1_300_007
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        x = integers(rank(), n, dtype).to(dev())
+        dist.all_reduce(x)
+        same(x, sum(integers(r, n, dtype) for r in range(1, world())) + integers(0, n, dtype))
+    flat = torch.empty(world() * n, device=dev())
+    dist.all_gather_into_tensor(flat, integers(rank(), n).to(dev()))
+    same(flat, torch.cat([integers(r, n) for r in range(world())]))
+    out = torch.empty(n, device=dev())
+    dist.reduce_scatter_tensor(out, integers(rank(), world() * n).to(dev()), op=dist.ReduceOp.MAX)
+    same(out, torch.stack([integers(r, world() * n) for r in range(world())]).amax(0).chunk(world())[rank()])
+    x = integers(rank(), n).to(dev())
+    dist.broadcast(x, src=world() - 1)
+    same(x, integers(world() - 1, n))
+    big = torch.zeros(n, 3, device=dev())
+    dist.all_reduce(big[:, 1], op=dist.ReduceOp.MAX)  # strided, as a view of a larger tensor
+    same(big, torch.zeros(n, 3))
+
+
+@check
 def mismatched_shapes_give_an_error() -> None:
     x = torch.zeros(4 + rank(), device=dev())  # ranks disagree
     try:

@@ -1,9 +1,16 @@
-"""Run by torchrun from test_faults.py: rank 1 dies in the middle of the run; rank 0's next
-collective must raise within the group's timeout, naming the collective, never hang."""
+"""Run by torchrun from test_faults.py with a mode: rank 1 fails and rank 0's collective must
+raise within the group's timeout, naming the collective and rank 1, never hang; the device (and,
+after ``late``, a new process group) stays usable.
+
+- ``between``: rank 1 exits between two collectives.
+- ``during``: rank 1 exits while rank 0 is already waiting inside the collective.
+- ``late``: rank 1 is alive but comes after the timeout; then both ranks make a new group.
+"""
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from datetime import timedelta
 
@@ -12,29 +19,44 @@ import torch.distributed as dist
 
 import torch_neuronx  # noqa: F401
 
+TIMEOUT = timedelta(seconds=4)
 
-def main() -> None:
-    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend="neuron", timeout=timedelta(seconds=10))
-    x = torch.ones(1024, device="neuron")
-    dist.all_reduce(x)
-    torch.neuron.synchronize()
-    if dist.get_rank() == 1:
-        os._exit(17)  # killed: no goodbye to the others
+
+def attempt(x: torch.Tensor) -> tuple[str, float]:
     start = time.monotonic()
-    outcome = "no error"
     try:
         dist.all_reduce(x)
         torch.neuron.synchronize()
+        return "no error", time.monotonic() - start
     except Exception as error:
-        outcome = str(error)
-    elapsed = time.monotonic() - start
+        return str(error), time.monotonic() - start
+
+
+def main(mode: str) -> None:
+    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend="neuron", timeout=TIMEOUT)
+    x = torch.ones(1024, device="neuron")
+    dist.all_reduce(x)
+    torch.neuron.synchronize()
+    result: dict = {}
+    if dist.get_rank() == 1:
+        if mode == "between":
+            os._exit(17)  # killed: no goodbye to the others
+        time.sleep(1 if mode == "during" else TIMEOUT.total_seconds() + 2)
+        if mode == "during":
+            os._exit(17)
+    result["outcome"], result["elapsed_s"] = attempt(x)
+    if mode == "late":
+        fresh = dist.new_group(backend="neuron")
+        y = torch.full((8,), float(dist.get_rank() + 1), device="neuron")
+        dist.all_reduce(y, group=fresh)
+        result["new_group"] = y.cpu().tolist()
     # The device stays usable after the failed collective.
-    y = (torch.arange(4.0, device="neuron") * 2).cpu().tolist()
-    with open(os.path.join(os.environ["RESULTS_DIR"], "fault.json"), "w") as f:
-        json.dump({"outcome": outcome, "elapsed_s": elapsed, "after": y}, f)
+    result["after"] = (torch.arange(4.0, device="neuron") * 2).cpu().tolist()
+    with open(os.path.join(os.environ["RESULTS_DIR"], f"fault{dist.get_rank()}.json"), "w") as f:
+        json.dump(result, f)
     os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

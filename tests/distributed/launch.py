@@ -57,6 +57,12 @@ def rank_results(tmp_path: Path, nproc: int) -> list[dict]:
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
+def assert_check_ok(outcomes: list[dict], name: str) -> None:
+    """Check ``name`` passed on every rank (``outcomes``: :func:`rank_results`)."""
+    for rank, results in enumerate(outcomes):
+        assert results[name] == "ok", f"rank {rank}:\n{results[name]}"
+
+
 def run_checks(checks: dict[str, Callable[[], None]]) -> None:
     """A worker's main: on the core of its local rank, in a ``neuron`` process group, every check
     (or those named in $CHECKS), its outcome ("ok" or the traceback) written to

@@ -1,16 +1,43 @@
-"""A rank that dies makes the others' next collective raise, naming it, within the timeout; the
-device stays usable (tests/distributed/fault_worker.py)."""
+"""A rank that dies or comes too late makes the others' collective raise, naming it and the
+collective, within the timeout; the device stays usable, and so does a new process group
+(tests/distributed/fault_worker.py). Over the shared-memory transport (ranks on one host) the
+error names the missing rank; over Gloo it carries Gloo's message about the lost connection."""
 from __future__ import annotations
 
 import json
 
+import pytest
+from fault_worker import TIMEOUT
 from launch import torchrun
 
+LIMIT_S = TIMEOUT.total_seconds() + 5  # the group's timeout, not a hang
 
-def test_a_killed_rank_makes_the_next_collective_raise_not_hang(tmp_path):
-    result = torchrun("fault_worker.py", 2, tmp_path, timeout=120)
+
+def fault(tmp_path, rank: int = 0) -> dict:
+    return json.loads((tmp_path / f"fault{rank}.json").read_text())
+
+
+@pytest.mark.parametrize("mode", ["between", "during"])
+@pytest.mark.parametrize("shared_memory", ["1", "0"])
+def test_a_killed_rank_makes_the_collective_raise_not_hang(tmp_path, mode, shared_memory):
+    result = torchrun("fault_worker.py", 2, tmp_path, mode, timeout=120,
+                      env={"TORCH_NEURONX_DIST_SHARED_MEMORY": shared_memory})
     assert result.returncode != 0  # torchrun reports the rank that died
-    fault = json.loads((tmp_path / "fault.json").read_text())
-    assert "c10d::allreduce" in fault["outcome"], fault["outcome"]
-    assert fault["elapsed_s"] < 10 + 5  # the group's timeout, not a hang
-    assert fault["after"] == [0.0, 2.0, 4.0, 6.0]
+    outcome = fault(tmp_path)
+    assert "c10d::allreduce" in outcome["outcome"], outcome["outcome"]
+    if shared_memory == "1":
+        assert "rank(s) 1 (pid" in outcome["outcome"] and "exited" in outcome["outcome"], outcome["outcome"]
+    assert outcome["elapsed_s"] < LIMIT_S
+    assert outcome["after"] == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_late_rank_times_the_collective_out_and_a_new_group_works(tmp_path):
+    result = torchrun("fault_worker.py", 2, tmp_path, "late", timeout=120)
+    assert result.returncode == 0, result.stderr[-4000:]
+    first, late = fault(tmp_path, 0), fault(tmp_path, 1)
+    assert "c10d::allreduce" in first["outcome"] and "waiting for rank(s) 1" in first["outcome"], first["outcome"]
+    assert first["elapsed_s"] < LIMIT_S
+    assert "c10d::allreduce" in late["outcome"] and "broken" in late["outcome"], late["outcome"]
+    for outcome in (first, late):
+        assert outcome["new_group"] == [3.0] * 8
+        assert outcome["after"] == [0.0, 2.0, 4.0, 6.0]

@@ -1,7 +1,8 @@
 """The simulated runtime as a library of its own: its C++ tests (csrc/runtime/tests) are built
 from the runtime's sources alone, with no PyTorch include path (so the runtime includes nothing of
 PyTorch's), and run: queue order, priorities, deferred error order, events, allocator accounting,
-capacity, stream-ordered frees, inline kernels and several cores."""
+capacity, stream-ordered frees, inline kernels, several cores and the shared-memory link's barrier
+across forked processes."""
 from __future__ import annotations
 
 import os

@@ -24,6 +24,7 @@ from torch.distributed import ReduceOp
 
 from .. import _C
 from .eager_frames import never_traced
+from .shared_memory import SharedMemoryLink, supports
 from .work import NeuronWork
 
 _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -76,6 +77,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self._name = group_name
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # Ranks on this host move the bytes of the main collectives through shared memory.
+        self._link = SharedMemoryLink.connect(store, rank, size, timeout)
 
     # -- identity (the C++ base keeps a name only for groups with C++ backends)
     def getBackendName(self) -> str:
@@ -153,8 +156,16 @@ class NeuronProcessGroup(dist.ProcessGroup):
         time.sleep(_GLOO_SETTLE_SECONDS)
 
     def _verify(self, name: str, signature: list[int]) -> None:
-        """Every rank passes the same signature, or all raise (one small Gloo all-reduce: the
-        maximum of the values and of their negations)."""
+        """Every rank passes the same signature, or all raise: through the shared-memory link
+        (which shows every rank's), or one small Gloo all-reduce (the maximum of the values and
+        of their negations)."""
+        if self._link is not None:
+            table = self._link.agree(signature)
+            if table is not None:
+                ranks = "; ".join(f"rank {r}: {_describe(row)}" for r, row in enumerate(table))
+                raise ValueError(f"the ranks called {name} with different collectives, dtypes, sizes or roots "
+                                 f"({ranks})")
+            return
         both = torch.tensor(signature + [-v for v in signature], dtype=torch.int64)
         self._gloo.allreduce([both], _allreduce_opts(ReduceOp.MAX, timedelta(minutes=30))).wait()
         highest, lowest = both[: len(signature)].tolist(), [-v for v in both[len(signature):].tolist()]
@@ -175,7 +186,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
-            self._gloo.allreduce([v.dense for v in views], _allreduce_opts(op, opts.timeout)).wait()
+            if self._link is not None and all(supports(op, v.dense) for v in views):
+                for v in views:
+                    self._link.all_reduce(v.dense, op)
+            else:
+                self._gloo.allreduce([v.dense for v in views], _allreduce_opts(op, opts.timeout)).wait()
             for v in views:
                 if average:
                     v.dense.div_(self.size())
@@ -194,7 +209,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
-            self._gloo.broadcast([v.dense for v in views], opts).wait()
+            if self._link is not None:
+                for v in views:
+                    self._link.broadcast(v.dense, opts.rootRank)
+            else:
+                self._gloo.broadcast([v.dense for v in views], opts).wait()
             for v in views:
                 v.finish()
         return self._run("broadcast", tensors, tensors, body, agree=tensors, root=opts.rootRank)
@@ -240,7 +259,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         def body() -> None:
             out, inp = _Contiguous(output), _Contiguous(input)
-            self._gloo._allgather_base(out.dense, inp.dense, opts).wait()
+            if self._link is not None:
+                self._link.all_gather(out.dense, inp.dense)
+            else:
+                self._gloo._allgather_base(out.dense, inp.dense, opts).wait()
             out.finish()
         return self._run("allgather_into_tensor", [output, input], [output], body, agree=[output, input])
 
@@ -285,8 +307,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         def body() -> None:
             out = _Contiguous(output)
-            # Gloo reduces in place into its input: work on a copy, the caller's input is kept.
-            self._gloo._reduce_scatter_base(out.dense, _alias(input).contiguous().clone(), gloo_opts).wait()
+            if self._link is not None and supports(op, out.dense):
+                self._link.reduce_scatter(out.dense, _alias(input).contiguous(), op)
+            else:
+                # Gloo reduces in place into its input: work on a copy, the caller's input is kept.
+                self._gloo._reduce_scatter_base(out.dense, _alias(input).contiguous().clone(), gloo_opts).wait()
             if average:
                 out.dense.div_(self.size())
             out.finish()

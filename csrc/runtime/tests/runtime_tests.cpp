@@ -11,7 +11,12 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "../runtime.h"
+#include "../shared_link.h"
 
 using namespace neuron_rt;
 
@@ -284,10 +289,85 @@ void cores_run_side_by_side() {
   CHECK(throws<std::out_of_range>([] { Runtime::get().core(2); }));
 }
 
+// A shared page as the link tests' segment: the control block, then one int per rank.
+struct SharedPage {
+  SharedPage() : base(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)) {}
+  ~SharedPage() { munmap(base, 8192); }
+  void* base;
+  int* slots() { return reinterpret_cast<int*>(static_cast<char*>(base) + 4096); }
+};
+
+// Whether `f()` throws a runtime_error whose message contains `part`.
+template <class F>
+bool throws_saying(F&& f, const std::string& part) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return std::string(e.what()).find(part) != std::string::npos;
+  }
+  return false;
+}
+
+// Three processes (this one and two forked) pass 200 barriers; after each, every rank sees the
+// values the others wrote before it. Runs before any core thread exists (fork).
+void link_barrier_orders_processes() {
+  SharedPage page;
+  constexpr int kRanks = 3, kRounds = 200;
+  auto run = [&](int rank) {
+    link_join(page.base, rank);
+    bool ok = true;
+    for (int i = 0; i < kRounds; ++i) {
+      page.slots()[rank] = i;
+      link_barrier(page.base, rank, kRanks, 10.0);
+      for (int r = 0; r < kRanks; ++r) ok &= page.slots()[r] == i;
+      link_barrier(page.base, rank, kRanks, 10.0);  // before anyone writes the next round
+    }
+    return ok;
+  };
+  std::vector<pid_t> children;
+  for (int rank = 1; rank < kRanks; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(run(rank) ? 0 : 1);
+    children.push_back(pid);
+  }
+  CHECK(run(0));
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+void link_barrier_names_a_rank_that_exited() {
+  SharedPage page;
+  pid_t pid = fork();
+  if (pid == 0) {
+    link_join(page.base, 1);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  link_join(page.base, 0);
+  CHECK(throws_saying([&] { link_barrier(page.base, 0, 2, 10.0); }, "rank(s) 1 (pid " + std::to_string(pid) + ")"));
+}
+
+void link_barrier_times_out_naming_the_late_rank_then_stays_broken() {
+  SharedPage page;
+  link_join(page.base, 0);  // rank 1 never comes
+  auto start = std::chrono::steady_clock::now();
+  CHECK(throws_saying([&] { link_barrier(page.base, 0, 2, 0.2); }, "waiting for rank(s) 1"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK(throws_saying([&] { link_barrier(page.base, 0, 2, 0.2); }, "broken since rank 0"));
+}
+
 }  // namespace
 
 int main() {
   const std::vector<std::pair<const char*, void (*)()>> tests = {
+      {"link_barrier_orders_processes", link_barrier_orders_processes},  // first: it forks
+      {"link_barrier_names_a_rank_that_exited", link_barrier_names_a_rank_that_exited},
+      {"link_barrier_times_out_naming_the_late_rank_then_stays_broken",
+       link_barrier_times_out_naming_the_late_rank_then_stays_broken},
       {"stream_keeps_launch_order", stream_keeps_launch_order},
       {"higher_priority_stream_runs_first", higher_priority_stream_runs_first},
       {"earliest_deferred_error_wins_and_is_cleared", earliest_deferred_error_wins_and_is_cleared},

@@ -1,0 +1,204 @@
+"""The transport between processes on one host: a shared-memory segment per process group.
+
+A simulated core's memory is host memory of its process, so ranks on one host can move the
+bytes through memory instead of TCP (what NeuronLink is to the cores of one instance). The
+segment holds a control page (the barrier, :mod:`csrc/runtime/shared_link.h`), a signature row
+per rank and two sets of one slot per rank. A collective runs in chunks of a slot: each rank
+copies its chunk into its slot, waits at the barrier, then reads the slots it needs. Chunks
+alternate between the two sets, so a rank writing set ``k`` knows from the barrier of the
+previous chunk that every rank has finished reading set ``k`` two chunks back: one barrier per
+chunk (two for all-reduce, whose reduced chunk is read back after a second one).
+
+Reductions run in rank order (slot 0, then 1, ...) for every element, so all ranks get the same
+bits. Groups whose ranks are not all on this host, or with ``TORCH_NEURONX_DIST_SHARED_MEMORY=0``,
+use Gloo (see docs/distributed.md).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
+
+from .. import _C
+from ..runtime.topology import env_flag
+
+ENV = "TORCH_NEURONX_DIST_SHARED_MEMORY"
+MAX_RANKS = 64  # the control page's capacity (kMaxLinkRanks)
+SLOT_BYTES = 2 << 20
+SIGNATURE_INTS = 64
+_CONTROL_BYTES = 4096
+_DIRECTORY = "/dev/shm"
+
+_REDUCE: dict[ReduceOp.RedOpType, Callable[..., torch.Tensor]] = {
+    ReduceOp.SUM: torch.add, ReduceOp.PRODUCT: torch.mul, ReduceOp.MIN: torch.minimum,
+    ReduceOp.MAX: torch.maximum, ReduceOp.BAND: torch.bitwise_and, ReduceOp.BOR: torch.bitwise_or,
+    ReduceOp.BXOR: torch.bitwise_xor,
+}
+
+
+class SharedMemoryLink:
+    """The ranks of one process group on this host, meeting in one shared-memory segment."""
+
+    def __init__(self, segment: mmap.mmap, rank: int, size: int, timeout: timedelta) -> None:
+        self.rank, self.size, self._timeout = rank, size, timeout.total_seconds()
+        self._segment = segment
+        memory = torch.frombuffer(segment, dtype=torch.uint8)
+        self._control = memory.data_ptr()
+        signatures = memory[_CONTROL_BYTES:_CONTROL_BYTES + 2 * size * SIGNATURE_INTS * 8]
+        self._signatures = signatures.view(torch.int64).view(2, size, SIGNATURE_INTS)
+        slots = memory[_CONTROL_BYTES + signatures.numel():]
+        self._slots = slots[:2 * size * SLOT_BYTES].view(2, size, SLOT_BYTES)
+        self._set = 0  # the set the next chunk uses
+        _C._link_join(self._control, rank)
+
+    @classmethod
+    def connect(cls, store: dist.Store, rank: int, size: int, timeout: timedelta) -> SharedMemoryLink | None:
+        """The group's link, or None on every rank when any rank cannot map the segment (another
+        host, no room in /dev/shm, the variable off): the ranks agree through ``store``."""
+        if not 1 < size <= MAX_RANKS:
+            return None
+        # Group names repeat after destroy_process_group: a counter tells this group's keys apart.
+        generation = (store.add("neuron_shm/joined", 1) - 1) // size
+        key = f"neuron_shm/{generation}"
+        wanted = env_flag(os.environ, ENV, default=True)
+        if rank == 0:
+            store.set(f"{key}/path", _create(size) if wanted else "")
+        path = store.get(f"{key}/path").decode()
+        segment = _map(path) if wanted and path else None
+        # Joined (its pid in the control page) before the others hear of it: a peer's barrier
+        # takes a missing pid for a dead rank.
+        link = cls(segment, rank, size, timeout) if segment is not None else None
+        store.set(f"{key}/mapped/{rank}", "1" if link is not None else "0")
+        everyone = all(store.get(f"{key}/mapped/{r}") == b"1" for r in range(size))
+        if rank == 0 and path:
+            os.unlink(path)  # every rank has mapped it or given up: nothing is left behind
+        return link if everyone else None
+
+    # -- the steps of a chunk
+    def _slot_views(self, dtype: torch.dtype) -> torch.Tensor:
+        """The current set's slots as ``(size, elements)`` of ``dtype``."""
+        return self._slots[self._set].view(dtype)
+
+    def _barrier(self) -> None:
+        _C._link_barrier(self._control, self.rank, self.size, self._timeout)
+
+    def _next_set(self) -> None:
+        self._set ^= 1
+
+    # -- collectives on dense host tensors
+    def agree(self, signature: list[int]) -> list[list[int]] | None:
+        """Every rank's ``signature`` when they differ, None when all are alike."""
+        if len(signature) >= SIGNATURE_INTS:
+            raise ValueError(f"a signature of {len(signature)} values does not fit the link's {SIGNATURE_INTS - 1}")
+        rows = self._signatures[self._set]
+        rows[self.rank, 0] = len(signature)
+        rows[self.rank, 1:1 + len(signature)] = torch.tensor(signature, dtype=torch.int64)
+        self._barrier()
+        table = [row[1:1 + int(row[0])].tolist() for row in rows]
+        self._next_set()
+        return None if all(row == table[self.rank] for row in table) else table
+
+    def all_reduce(self, tensor: torch.Tensor, op: ReduceOp.RedOpType) -> None:
+        flat, reduce = tensor.view(-1), _REDUCE[op]
+        per_slot = SLOT_BYTES // flat.element_size()
+        for start in range(0, flat.numel(), per_slot):
+            chunk = flat[start:start + per_slot]
+            slots = self._slot_views(flat.dtype)[:, :chunk.numel()]
+            slots[self.rank].copy_(chunk)
+            self._barrier()
+            # This rank reduces its share of the chunk into slot 0, which every rank then reads.
+            lo, hi = _share(chunk.numel(), self.rank, self.size)
+            mine = slots[0, lo:hi]
+            for r in range(1, self.size):
+                reduce(mine, slots[r, lo:hi], out=mine)
+            self._barrier()
+            chunk.copy_(slots[0])
+            self._next_set()
+
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor) -> None:
+        whole, part = output.view(self.size, -1), input.view(-1)
+        per_slot = SLOT_BYTES // part.element_size()
+        for start in range(0, part.numel(), per_slot):
+            chunk = part[start:start + per_slot]
+            slots = self._slot_views(part.dtype)[:, :chunk.numel()]
+            slots[self.rank].copy_(chunk)
+            self._barrier()
+            whole[:, start:start + chunk.numel()].copy_(slots)
+            self._next_set()
+
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: ReduceOp.RedOpType) -> None:
+        mine, pieces, reduce = output.view(-1), input.view(self.size, -1), _REDUCE[op]
+        per_piece = SLOT_BYTES // mine.element_size() // self.size
+        for start in range(0, mine.numel(), per_piece):
+            chunk = mine[start:start + per_piece]
+            n = chunk.numel()
+            slots = self._slot_views(mine.dtype)[:, :self.size * n].view(self.size, self.size, n)
+            slots[self.rank].copy_(pieces[:, start:start + n])  # piece r of this rank's input to row r
+            self._barrier()
+            chunk.copy_(slots[0, self.rank])
+            for r in range(1, self.size):
+                reduce(chunk, slots[r, self.rank], out=chunk)
+            self._next_set()
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> None:
+        flat = tensor.view(-1)
+        per_slot = SLOT_BYTES // flat.element_size()
+        for start in range(0, flat.numel(), per_slot):
+            chunk = flat[start:start + per_slot]
+            slot = self._slot_views(flat.dtype)[root, :chunk.numel()]
+            if self.rank == root:
+                slot.copy_(chunk)
+            self._barrier()
+            if self.rank != root:
+                chunk.copy_(slot)
+            self._next_set()
+
+
+def supports(op: ReduceOp.RedOpType, tensor: torch.Tensor) -> bool:
+    """Whether the link reduces ``tensor`` with ``op`` (the bitwise ops need integers or bool)."""
+    floating = tensor.dtype.is_floating_point
+    return op in _REDUCE and not (floating and op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR))
+
+
+def _share(n: int, rank: int, size: int) -> tuple[int, int]:
+    """Rank ``rank``'s contiguous share of ``n`` elements split over ``size`` ranks."""
+    return n * rank // size, n * (rank + 1) // size
+
+
+def _segment_bytes(size: int) -> int:
+    return _CONTROL_BYTES + 2 * size * SIGNATURE_INTS * 8 + 2 * size * SLOT_BYTES
+
+
+def _create(size: int) -> str:
+    """A new zeroed segment with its memory reserved (an empty path when /dev/shm has no room:
+    touching an unreserved page of a full tmpfs would kill the process with SIGBUS)."""
+    path = os.path.join(_DIRECTORY, f"torch_neuronx_link_{uuid.uuid4().hex}")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return ""
+    try:
+        os.posix_fallocate(fd, 0, _segment_bytes(size))
+    except OSError:
+        os.unlink(path)
+        return ""
+    finally:
+        os.close(fd)
+    return path
+
+
+def _map(path: str) -> mmap.mmap | None:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        return mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
