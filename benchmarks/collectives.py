@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+from ranks import run_on_ranks
 
 import results
 
@@ -77,21 +76,6 @@ def worker(out_path: str, max_mb: int, iters: int) -> None:
     dist.destroy_process_group()
 
 
-def launch(nproc: int, max_mb: int, iters: int) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        out = os.path.join(tmp, "rows.json")
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                        "--master_addr=127.0.0.1", f"--master_port={port}", os.path.abspath(__file__),
-                        "--worker", out, str(max_mb), str(iters)],
-                       check=True, env={**os.environ, "PYTHONPATH": repo}, capture_output=True)
-        with open(out) as f:
-            return json.load(f)
-
-
 def main() -> None:
     parser = results.parser(__doc__)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
@@ -100,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     bandwidth, latency, figures, ratios = [], [], {}, []
     for n in args.ranks:
-        for row in launch(n, args.max_mb, args.iters):
+        for row in run_on_ranks(__file__, n, str(args.max_mb), str(args.iters)):
             if row["bytes"] < 1 << 20:
                 ratio = row["neuron"] / row["cpu"]
                 latency.append([str(n), f"{row['bytes']} B", f"{row['neuron'] * 1e6:.0f}", f"{row['cpu'] * 1e6:.0f}",
