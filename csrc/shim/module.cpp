@@ -44,7 +44,9 @@ void configure(const std::string& generation, int logical_nc_config, int num_chi
 
 // Runs a Python function as a kernel on the current stream of `device` (kernel-language
 // kernels). Its exception becomes the kernel's error: deferred, or raised here when `wait`.
-void launch_python_kernel(int device, py::object fn, const std::string& name, bool wait) {
+// `described`: the kernel's description for the profiler (a JSON object; collectives describe
+// their message), kept only while a profiler records.
+void launch_python_kernel(int device, py::object fn, const std::string& name, bool wait, std::string described) {
   auto callable = std::make_shared<KernelObject>(std::move(fn));
   auto body = [callable] {
     py::gil_scoped_acquire gil;
@@ -56,7 +58,7 @@ void launch_python_kernel(int device, py::object fn, const std::string& name, bo
   };
   py::gil_scoped_release nogil;
   launch(static_cast<c10::DeviceIndex>(device), std::move(body),
-         {.name = name, .completion = wait ? Launch::kWaited : Launch::kQueued});
+         {.name = name, .completion = wait ? Launch::kWaited : Launch::kQueued, .described = std::move(described)});
 }
 
 }  // namespace
@@ -96,7 +98,8 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_launch_python_kernel", &launch_python_kernel, py::arg("device"), py::arg("fn"), py::arg("name"),
-        py::kw_only(), py::arg("wait"));
+        py::kw_only(), py::arg("wait"), py::arg("described") = "");
+  m.def("_profiler_recording", [] { return profiler::recording(); });
   m.def("_kernel_counts", [](int device) { return core(device).queue.kernel_counts(); });
   neuron_rt::set_idle_release(&release_worker_openmp_threads);
   // A full queue is waited on without the interpreter lock: the kernels it waits for may be

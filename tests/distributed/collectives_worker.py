@@ -311,6 +311,50 @@ def tensors_larger_than_a_transfer_chunk() -> None:
 
 
 @check
+def collectives_in_the_profiler() -> None:
+    """Device activity and the Collective table: the message size, the measured algorithm and bus
+    bandwidth, and the trn2 interconnect estimate (a ring: docs/profiling.md)."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, cost_model
+    n, size = world(), 1 << 20
+    x = torch.ones(size // 4, device=dev())
+    gathered = torch.empty(n * x.numel(), device=dev())
+    with tempfile.TemporaryDirectory() as out:
+        nc = NeuronConfig(profile_output_dir=out, target="trn2")
+        exporter = NeuronProfiler(nc)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
+                     on_trace_ready=exporter.export_trace) as prof:
+            dist.all_reduce(x)
+            dist.all_gather_into_tensor(gathered, x)
+            torch.neuron.synchronize()
+        rows = {r["collective"]: r for r in pq.read_table(exporter.last_output_dir / "Collective.parquet").to_pylist()}
+        ops = {r["op_name"]: r for r in pq.read_table(exporter.last_output_dir / "FrameworkOp.parquet").to_pylist()}
+    device_rows = {e.key: e for e in prof.key_averages() if e.self_device_time_total > 0}
+    expected = {"allreduce": (size, 2 * (n - 1) / n, 2 * (n - 1)),
+                "allgather_into_tensor": (n * size, (n - 1) / n, n - 1)}
+    assert set(rows) == set(expected), rows
+    for name, (moved, bus, steps) in expected.items():
+        row = rows[name]
+        assert row["kernel_name"] == f"c10d::{name} (rank {rank()} of {n})" and row["kernel_name"] in device_rows
+        assert (row["bytes"], row["group_size"], row["dtype"], row["core"]) == (moved, n, "float32", dev().index)
+        assert row["transport"] == "shared_memory" if os.environ.get("TORCH_NEURONX_DIST_SHARED_MEMORY") != "0" \
+            else row["transport"] == "gloo"
+        seconds = row["device_time_us"] * 1e-6
+        assert seconds > 0
+        torch.testing.assert_close(row["algbw_gbps"], moved / seconds / 1e9)
+        torch.testing.assert_close(row["busbw_gbps"], moved * bus / seconds / 1e9)
+        link = 1.28e12 * 2 / 8  # trn2's NeuronLink-v3 per chip, a logical core's share (2 of 8 cores)
+        torch.testing.assert_close(row["estimated_time_us"],
+                                   (steps * cost_model.COLLECTIVE_STEP_SECONDS + moved * bus / link) * 1e6)
+        op = ops[row["kernel_name"]]
+        assert (op["execution"], op["estimated_engine"]) == ("collective", "NeuronLink"), op
+
+
+@check
 def mismatched_shapes_give_an_error() -> None:
     x = torch.zeros(4 + rank(), device=dev())  # ranks disagree
     try:

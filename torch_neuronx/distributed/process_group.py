@@ -13,6 +13,7 @@ returned by the backend's creator (torch keeps it as the group); see docs/distri
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -121,6 +122,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         label = f"c10d::{name} (rank {self.rank()} of {self.size()})"
 
         signature = None if agree is None else _signature(name, agree, root)
+        described = self._message(name, tensors, outputs) if _C._profiler_recording() else ""
 
         def kernel() -> None:
             try:
@@ -133,9 +135,26 @@ class NeuronProcessGroup(dist.ProcessGroup):
             future.set_result(outputs)
 
         with torch.neuron.stream(comm):
-            _C._launch_python_kernel(index, kernel, label, wait=False)
+            _C._launch_python_kernel(index, kernel, label, wait=False, described=described)
             done = comm.record_event()
         return NeuronWork(label, done, future, outputs)
+
+    def _message(self, name: str, tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> str:
+        """The collective's message for the profiler (torch_neuronx/profiling): its size as
+        nccl-tests counts it (the larger of what a rank passes in and gets out), the bus factor
+        and ring steps of its algorithm, and the transport; empty for a point-to-point wait."""
+        base = name.split(" (")[0]
+        if name.endswith(")") and not name.endswith("post"):
+            return ""  # the wait for a posted send or receive moves nothing
+        n = self.size()
+        bus, steps = _BUS.get(base, (lambda n: 1.0, lambda n: 1))
+        out_ids = {id(t) for t in outputs}
+        written = sum(t.nbytes for t in outputs)
+        read = sum(t.nbytes for t in tensors if id(t) not in out_ids) or written
+        transport = "shared_memory" if self._link is not None and base in _LINKED else "gloo"
+        return json.dumps({"collective": base, "group_size": n, "bytes": max(read, written),
+                           "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
+                           "bus_factor": bus(n), "ring_steps": steps(n), "transport": transport})
 
     def _host(self) -> dist.ProcessGroup:
         """Gloo for an operation issued from the calling thread (CPU tensors, barriers): first
@@ -485,6 +504,22 @@ _COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "allgather_into
                 "reduce_scatter_tensor", "all_to_all_single", "all_to_all", "gather", "scatter")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.int64, torch.int16,
            torch.int8, torch.uint8, torch.bool)
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n
+
+
+# nccl-tests' bus bandwidth factors and the steps of a ring, by collective (send/recv: 1 and 1).
+_BUS: dict[str, tuple[Callable[[int], float], Callable[[int], int]]] = {
+    "allreduce": (lambda n: 2 * _ring(n), lambda n: 2 * (n - 1)),
+    "broadcast": (lambda n: 1.0, lambda n: n - 1), "reduce": (lambda n: 1.0, lambda n: n - 1),
+    **{name: (_ring, lambda n: n - 1) for name in ("allgather", "allgather_into_tensor", "reduce_scatter",
+                                                  "reduce_scatter_tensor", "all_to_all_single", "all_to_all",
+                                                  "gather", "scatter")},
+}
+# The collectives the shared-memory link carries (the rest go to Gloo).
+_LINKED = ("allreduce", "broadcast", "allgather_into_tensor", "reduce_scatter_tensor")
 
 
 def _signature(name: str, tensors: Sequence[torch.Tensor], root: int) -> list[int]:

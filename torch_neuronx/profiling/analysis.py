@@ -31,6 +31,7 @@ from . import cost_model
 
 FALLBACK_PREFIX = "cpu fallback: "
 NKI_PREFIX = "nki:"
+COLLECTIVE_PREFIX = "c10d::"  # the neuron process group's kernels (torch_neuronx/distributed)
 RUNTIME_ACTIVITY = "privateuse1_runtime"
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -42,6 +43,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("estimated_bound", pa.string()), ("estimated_flops", pa.int64()),
         ("estimated_bytes_moved", pa.int64()), ("unestimated_reason", pa.string()),
         ("source_location", pa.string()),
+    ]),
+    "Collective": pa.schema([
+        ("kernel_name", pa.string()), ("collective", pa.string()), ("core", pa.int64()),
+        ("group_size", pa.int64()), ("transport", pa.string()), ("dtype", pa.string()),
+        ("bytes", pa.int64()), ("device_time_us", pa.float64()), ("algbw_gbps", pa.float64()),
+        ("busbw_gbps", pa.float64()), ("estimated_time_us", pa.float64()),
+        ("estimated_algbw_gbps", pa.float64()), ("estimated_busbw_gbps", pa.float64()),
     ]),
     "Instruction": pa.schema([
         ("kernel_name", pa.string()), ("core", pa.int64()), ("launch", pa.int64()), ("index", pa.int64()),
@@ -122,6 +130,8 @@ def _kind(kernel: str) -> str:
         return "fallback"
     if kernel.startswith(COMPILED_PREFIX):
         return "compiled"
+    if kernel.startswith(COLLECTIVE_PREFIX):
+        return "collective"
     return "kernel-language" if kernel.startswith(NKI_PREFIX) else "native"
 
 
@@ -233,6 +243,19 @@ def _charge_or_explain(op: _Op, kind: str, estimate: Callable[[], cost_model.Est
         op.unestimated_reason = str(e)
 
 
+def _collective_row(k: Any, message: dict, estimate: cost_model.Estimate) -> dict:
+    """One collective kernel: its message, measured time and bandwidths (nccl-tests' algorithm
+    and bus bandwidth), and the cost model's estimate on the target's interconnect."""
+    seconds, size, bus = k.duration_ns() * 1e-9, message["bytes"], message["bus_factor"]
+    return {"kernel_name": k.name(), "collective": message["collective"], "core": k.device_index(),
+            "group_size": message["group_size"], "transport": message["transport"], "dtype": message["dtype"],
+            "bytes": size, "device_time_us": seconds * 1e6,
+            "algbw_gbps": size / seconds / 1e9 if seconds else None,
+            "busbw_gbps": size * bus / seconds / 1e9 if seconds else None,
+            "estimated_time_us": estimate.seconds * 1e6, "estimated_algbw_gbps": size / estimate.seconds / 1e9,
+            "estimated_busbw_gbps": size * bus / estimate.seconds / 1e9}
+
+
 def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes: list[str],
            profiled_cores: str) -> dict[str, pa.Table]:
     """The analysis tables of a finished profile (``prof`` as given to ``on_trace_ready``)."""
@@ -248,6 +271,9 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     nki_reports = _LaunchReports(min((k.start_ns() for k in device), default=0),
                                  max((k.end_ns() for k in device), default=0))
     nki_launches: list[tuple[Any, LaunchReport]] = []  # (device event, its simulator report)
+    from ..runtime import current_topology
+    topo = current_topology()
+    collectives = []
     for k in device:
         parent = cpu.get(k.linked_correlation_id())
         name = parent.name() if parent is not None else k.name()
@@ -267,6 +293,11 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         if graph is not None:  # each kernel is one execution of the graph
             _charge_or_explain(op, kind, lambda: cost_model.estimate_compiled(graph, hw))
         args = kernel_args.get((k.device_index(), k.start_ns()))
+        if kind == "collective" and args:
+            message = json.loads(args)
+            estimate = cost_model.estimate_collective(message, target, topo.logical_nc_config)
+            _charge(op, kind, estimate)
+            collectives.append(_collective_row(k, message, estimate))
         call = k.linked_correlation_id()
         if parent is not None and args and kind in ("native", "fallback") and call not in described:
             described[call] = (name, k.name(), kind, json.loads(args))
@@ -359,8 +390,6 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         **{f"{e}_estimated_active_time_us": engine_s[e] * 1e6 for e in ENGINES},
         **{f"{e}_instructions": nki_engine_counts[e] for e in ENGINES},
     }
-    from ..runtime import current_topology
-    topo = current_topology()
     metadata = {
         "is_simulation": True, "chip_generation": topo.generation, "target_generation": target,
         "engine_clock_hz": hw.clock_hz, "cores": len(topo.visible_cores),
@@ -375,7 +404,8 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
                 "estimates for the target chip, not measurements",
     }
     samples = _C._profiler_samples()  # taken only in CPU_UTIL / HOST_MEMORY modes
-    rows = {"FrameworkOp": framework, "Instruction": instructions, "OpcodeSummary": opcode_rows,
+    rows = {"FrameworkOp": framework, "Collective": collectives, "Instruction": instructions,
+            "OpcodeSummary": opcode_rows,
             "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
             "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
             "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],

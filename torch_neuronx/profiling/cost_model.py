@@ -18,6 +18,9 @@ whose figures are its physical cores' summed engine rates and HBM share
   core or core to core) reads and writes them at HBM bandwidth;
 - CPU fallbacks cost their measured host time plus the transfer of their bytes over the
   host link (their own copies are not described, so not counted twice);
+- collectives run on the chip-to-chip interconnect (NeuronLink) as rings: the bus bytes through
+  the core's share of the chip's link bandwidth plus an assumed latency per ring step
+  (:func:`estimate_collective`);
 - compiled graphs: their matrix FLOPs on TensorE (counted at compile time,
   :mod:`torch_neuronx.compile.cost`) against their inputs read and outputs written.
 """
@@ -35,6 +38,10 @@ from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor
 from ..compile.cost import GraphCost
 
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
+# Latency of one step of a ring collective (a hop between chips and its synchronization): no
+# published figure; an assumption, of the order of NCCL's per-step latency between GPUs.
+COLLECTIVE_STEP_SECONDS = 2e-6
+INTERCONNECT = "NeuronLink"  # the "engine" collectives are estimated on
 
 # Copy kernels (csrc/shim/tensor_kernels.cpp) by direction: True over the host link, False in HBM.
 _COPY_OVER_HOST_LINK: dict[str, bool] = {"(host to device)": True, "(device to host)": True,
@@ -166,6 +173,19 @@ def estimate_compiled(cost: GraphCost, hw: HardwareConfig) -> Estimate:
     compute = sum(n / tensor_rate(hw, dtype) for dtype, n in cost.matmul_flops.items())
     return _roofline(flops, compute, cost.bytes_moved, cost.bytes_moved / hw.dma_bytes_per_s,
                      TENSOR if flops else VECTOR, hw.compute_overhead_cycles / hw.clock_hz)
+
+
+def estimate_collective(call: dict, generation: str, logical_nc_config: int) -> Estimate:
+    """ESTIMATED time of one collective on ``generation``'s interconnect, from the message the
+    backend describes (``bytes``, ``bus_factor``, ``ring_steps``; torch_neuronx/distributed): a
+    ring, in which each rank sends ``bus_factor`` x ``bytes`` through its logical core's share of
+    its chip's NeuronLink bandwidth, plus :data:`COLLECTIVE_STEP_SECONDS` per ring step. All
+    ranks on different chips is the assumption (ranks of one chip would share no link)."""
+    from ..runtime.chips import logical_core
+    through_link = int(call["bytes"] * call["bus_factor"])
+    seconds = (call["ring_steps"] * COLLECTIVE_STEP_SECONDS
+               + through_link / logical_core(generation, logical_nc_config).interconnect_bytes_per_s)
+    return Estimate(0, through_link, INTERCONNECT, seconds, "interconnect")
 
 
 def transfer_seconds(bytes_moved: int) -> float:

@@ -122,6 +122,7 @@ class LogicalCore:
     lane_elements_per_s: Mapping[str, float]  # element-wise throughput: data path x clock
     hbm_bytes: int
     hbm_bytes_per_s: float
+    interconnect_bytes_per_s: float  # its share of the chip's NeuronLink bandwidth
 
 
 def logical_core(chip: Chip | str, logical_nc_config: int = 1) -> LogicalCore:
@@ -136,4 +137,5 @@ def logical_core(chip: Chip | str, logical_nc_config: int = 1) -> LogicalCore:
                        n * chip.vector_flops, n * chip.scalar_flops, n * chip.gpsimd_flops,
                        _frozen(**{engine: n * width * chip.engine_clock_hz[engine]
                                   for engine, width in chip.lane_elements_per_cycle.items()}),
-                       int(chip.hbm_bytes * share), chip.hbm_bytes_per_s * share)
+                       int(chip.hbm_bytes * share), chip.hbm_bytes_per_s * share,
+                       chip.interconnect_bytes_per_s * share)
