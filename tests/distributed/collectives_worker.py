@@ -106,6 +106,40 @@ def all_reduce_avg() -> None:
 
 
 @check
+def premul_sum_scales_each_ranks_input_before_the_sum() -> None:
+    """ReduceOp.PREMUL_SUM (what FSDP2 uses for a gradient divide factor): each rank's input times
+    its factor (a number, or a tensor on the device), summed; reduce-scatter's input is kept."""
+    def expected(n: int = 6) -> torch.Tensor:
+        return sum(values(r, n) * (r + 1) / 4 for r in range(world()))
+    for factor in ((rank() + 1) / 4, torch.tensor((rank() + 1) / 4, device=dev())):
+        premul = dist._make_nccl_premul_sum(factor)
+        x = values(rank()).to(dev())
+        dist.all_reduce(x, op=premul)
+        torch.testing.assert_close(x.cpu(), expected())
+    premul = dist._make_nccl_premul_sum((rank() + 1) / 4)
+    full = values(rank(), 4 * world()).to(dev())
+    out = torch.empty(4, device=dev())
+    dist.reduce_scatter_tensor(out, full, op=premul)
+    torch.testing.assert_close(out.cpu(), expected(4 * world()).chunk(world())[rank()])
+    same(full, values(rank(), 4 * world()))
+    pieces = list(values(rank(), 4 * world()).to(dev()).chunk(world()))
+    dist.reduce_scatter(out, pieces, op=premul)
+    torch.testing.assert_close(out.cpu(), expected(4 * world()).chunk(world())[rank()])
+    x = values(rank()).to(dev())
+    dist.reduce(x, dst=0, op=premul)
+    if rank() == 0:
+        torch.testing.assert_close(x.cpu(), expected())
+    else:
+        same(x, values(rank()))  # a non-root's tensor is its own
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.int64, device=dev()), op=premul)
+    except ValueError as error:
+        assert "PREMUL_SUM needs floating-point" in str(error), error
+    else:
+        raise AssertionError("PREMUL_SUM on integers did not raise")
+
+
+@check
 def async_work_orders_with_the_stream() -> None:
     x = values(rank()).to(dev())
     y = x * 2  # queued before the collective: the collective reads its result

@@ -170,6 +170,22 @@ def fsdp2_cpu_offload() -> None:
 
 
 @check
+def fsdp2_gradient_divide_factor_reduces_with_premul_sum() -> None:
+    """``set_gradient_divide_factor(1.0)``: FSDP2 reduce-scatters the gradients with
+    ``ReduceOp.PREMUL_SUM(1 / factor)``, so each shard holds the sum of the ranks' gradients:
+    with a summed loss, the gradient of the whole batch on the CPU."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, reference = pair()
+    fully_shard(model.to("neuron"), mesh=init_device_mesh("neuron", (world,)))
+    model.set_gradient_divide_factor(1.0)
+    x = torch.randn(2 * world, 8, generator=torch.Generator().manual_seed(2))
+    model(x.chunk(world)[rank].to("neuron")).sum().backward()
+    reference(x).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.full_tensor().cpu(), q.grad, msg=name)
+
+
+@check
 def fsdp2_with_tensor_parallel_2d_matches_cpu() -> None:
     """A 2-D mesh (data parallel x tensor parallel, (1, 2) on 2 ranks, (2, 2) on 4): the MLP is
     split over "tp" and its shards are sharded again over "dp"; training equals the CPU's."""

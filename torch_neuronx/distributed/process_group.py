@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -55,19 +55,37 @@ class _Contiguous:
             self.target.copy_(self.dense)
 
 
-def _gloo_op(op: Any, tensors: Sequence[torch.Tensor], where: str) -> tuple[ReduceOp, bool]:
-    """Gloo's reduce op for ``op`` and whether the results are then divided by the group size:
-    Gloo has no AVG, which is a SUM divided."""
+class _Reduction(NamedTuple):
+    """A c10d reduce op as run here: the op the transport applies, whether the result is then
+    divided by the group size (AVG: Gloo has none) and a factor the inputs are first multiplied
+    by (PREMUL_SUM)."""
+
+    op: ReduceOp.RedOpType
+    average: bool = False
+    factor: float | torch.Tensor | None = None
+
+    def scaled(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` times the PREMUL_SUM factor (a new tensor), or ``t`` itself."""
+        return t if self.factor is None else t * self.factor
+
+    def finish(self, t: torch.Tensor, size: int) -> None:
+        if self.average:
+            t.div_(size)
+
+
+def _reduction(op: Any, tensors: Sequence[torch.Tensor], where: str) -> _Reduction:
+    """How ``op`` runs: Gloo has no AVG (a SUM divided) and no PREMUL_SUM (a SUM of the scaled
+    inputs); both need floating-point tensors, as with NCCL."""
     kind = op.op if hasattr(op, "op") else op
-    if kind == ReduceOp.PREMUL_SUM:
-        raise ValueError(f"{where} on neuron: ReduceOp.PREMUL_SUM is not supported; scale the tensor "
-                         "and use ReduceOp.SUM instead")
+    if kind not in (ReduceOp.AVG, ReduceOp.PREMUL_SUM):
+        return _Reduction(kind)
+    if any(t.dtype not in _FLOATING for t in tensors):
+        raise ValueError(f"{where} on neuron: ReduceOp.{kind.name} needs floating-point tensors, got "
+                         f"{sorted({str(t.dtype) for t in tensors})}")
     if kind == ReduceOp.AVG:
-        if any(t.dtype not in _FLOATING for t in tensors):
-            raise ValueError(f"{where} on neuron: ReduceOp.AVG needs floating-point tensors, got "
-                             f"{sorted({str(t.dtype) for t in tensors})}")
-        return ReduceOp.SUM, True
-    return kind, False
+        return _Reduction(ReduceOp.SUM, average=True)
+    factor = op.factor
+    return _Reduction(ReduceOp.SUM, factor=_alias(factor) if isinstance(factor, torch.Tensor) else factor)
 
 
 @never_traced
@@ -201,18 +219,20 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         if not self._on_neuron(tensors):
             return self._host().allreduce(tensors, opts)
-        op, average = _gloo_op(opts.reduceOp, tensors, "all_reduce")
+        red = _reduction(opts.reduceOp, tensors, "all_reduce")
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
-            if self._link is not None and all(supports(op, v.dense) for v in views):
+            if red.factor is not None:  # in place: the result overwrites the input anyway
                 for v in views:
-                    self._link.all_reduce(v.dense, op)
+                    v.dense.mul_(red.factor)
+            if self._link is not None and all(supports(red.op, v.dense) for v in views):
+                for v in views:
+                    self._link.all_reduce(v.dense, red.op)
             else:
-                self._gloo.allreduce([v.dense for v in views], _allreduce_opts(op, opts.timeout)).wait()
+                self._gloo.allreduce([v.dense for v in views], _allreduce_opts(red.op, opts.timeout)).wait()
             for v in views:
-                if average:
-                    v.dense.div_(self.size())
+                red.finish(v.dense, self.size())
                 v.finish()
         return self._run("allreduce", tensors, tensors, body, agree=tensors)
 
@@ -241,17 +261,21 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceOptions()
         if not self._on_neuron(tensors):
             return self._host().reduce(tensors, opts)
-        op, average = _gloo_op(opts.reduceOp, tensors, "reduce")
+        red = _reduction(opts.reduceOp, tensors, "reduce")
         gloo_opts = dist.ReduceOptions()
-        gloo_opts.reduceOp, gloo_opts.rootRank, gloo_opts.rootTensor = op, opts.rootRank, opts.rootTensor
+        gloo_opts.reduceOp, gloo_opts.rootRank, gloo_opts.rootTensor = red.op, opts.rootRank, opts.rootTensor
         gloo_opts.timeout = opts.timeout
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
-            self._gloo.reduce([v.dense for v in views], gloo_opts).wait()
-            for v in views:
-                if average and self.rank() == opts.rootRank:
-                    v.dense.div_(self.size())
+            sources = [red.scaled(v.dense) for v in views]  # PREMUL_SUM: copies, non-roots keep theirs
+            self._gloo.reduce(sources, gloo_opts).wait()
+            if self.rank() != opts.rootRank:
+                return
+            for v, source in zip(views, sources):
+                if source is not v.dense:
+                    v.dense.copy_(source)
+                red.finish(v.dense, self.size())
                 v.finish()
         return self._run("reduce", tensors, tensors, body, agree=tensors, root=opts.rootRank)
 
@@ -303,16 +327,15 @@ class NeuronProcessGroup(dist.ProcessGroup):
         flat = [t for group in inputs for t in group]
         if not self._on_neuron([*outputs, *flat]):
             return self._host().reduce_scatter(outputs, inputs, opts)
-        op, average = _gloo_op(opts.reduceOp, flat, "reduce_scatter")
-        gloo_opts = _reduce_scatter_opts(op, opts.timeout)
+        red = _reduction(opts.reduceOp, flat, "reduce_scatter")
+        gloo_opts = _reduce_scatter_opts(red.op, opts.timeout)
 
         def body() -> None:
             outs = [_Contiguous(t) for t in outputs]
-            ins = [[_alias(t).contiguous() for t in group] for group in inputs]
+            ins = [[red.scaled(_alias(t).contiguous()) for t in group] for group in inputs]
             self._gloo.reduce_scatter([v.dense for v in outs], ins, gloo_opts).wait()
             for v in outs:
-                if average:
-                    v.dense.div_(self.size())
+                red.finish(v.dense, self.size())
                 v.finish()
         return self._run("reduce_scatter", [*outputs, *flat], outputs, body, agree=[*outputs, *flat])
 
@@ -321,18 +344,20 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if not self._on_neuron([output, input]):
             return self._host()._reduce_scatter_base(output, input, opts)
         _check_sizes("reduce_scatter_tensor", input, output, self.size())
-        op, average = _gloo_op(opts.reduceOp, [input], "reduce_scatter_tensor")
-        gloo_opts = _reduce_scatter_opts(op, opts.timeout)
+        red = _reduction(opts.reduceOp, [input], "reduce_scatter_tensor")
+        gloo_opts = _reduce_scatter_opts(red.op, opts.timeout)
 
         def body() -> None:
             out = _Contiguous(output)
-            if self._link is not None and supports(op, out.dense):
-                self._link.reduce_scatter(out.dense, _alias(input).contiguous(), op)
+            source = _alias(input).contiguous()
+            scaled = red.scaled(source)
+            if self._link is not None and supports(red.op, out.dense):
+                self._link.reduce_scatter(out.dense, scaled, red.op)
             else:
                 # Gloo reduces in place into its input: work on a copy, the caller's input is kept.
-                self._gloo._reduce_scatter_base(out.dense, _alias(input).contiguous().clone(), gloo_opts).wait()
-            if average:
-                out.dense.div_(self.size())
+                self._gloo._reduce_scatter_base(out.dense, scaled if scaled is not source else source.clone(),
+                                                gloo_opts).wait()
+            red.finish(out.dense, self.size())
             out.finish()
         return self._run("reduce_scatter_tensor", [output, input], [output], body, agree=[output, input])
 
