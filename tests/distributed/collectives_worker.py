@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from launch import run_checks
+from torch.distributed.device_mesh import init_device_mesh
 
 import torch_neuronx  # noqa: F401
 
@@ -267,6 +268,38 @@ def subgroups_and_split() -> None:
     mine = [r for r in range(world()) if (r < world() // 2) == (rank() < world() // 2)]
     same(x, sum(values(r) for r in mine))
     assert dist.get_backend(halves) == "neuron"
+
+
+@check
+def split_group_and_device_mesh_with_a_bound_device() -> None:
+    """With ``init_process_group(device_id=...)`` (DEVICE_ID=1, test_collectives.py), torch makes
+    subgroups by splitting: ``dist.split_group`` and DeviceMesh's sub-meshes. Without a bound
+    device torch itself refuses to split."""
+    bound = dist.distributed_c10d._get_default_group().bound_device_id
+    halves = [list(range(world() // 2)), list(range(world() // 2, world()))]
+    if bound is None:
+        try:
+            dist.split_group(split_ranks=halves)
+        except RuntimeError as error:
+            assert "No device associated with the default pg" in str(error), error
+            return
+        raise AssertionError("split_group without a bound device did not raise")
+    assert bound == dev(), bound
+    half = dist.split_group(split_ranks=halves)
+    mine = next(h for h in halves if rank() in h)
+    assert half.size() == len(mine) and dist.get_backend(half) == "neuron"
+    x = values(rank()).to(dev())
+    dist.all_reduce(x, group=half)
+    same(x, sum(values(r) for r in mine))
+    solo = dist.split_group(split_ranks=[[0]])
+    assert (solo is None) == (rank() != 0), solo  # the other ranks are not members
+    mesh = init_device_mesh("neuron", (world() // 2, 2), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        group = mesh[dim].get_group()
+        members = dist.get_process_group_ranks(group)
+        x = values(rank()).to(dev())
+        dist.all_reduce(x, group=group)
+        same(x, sum(values(r) for r in members))
 
 
 @check

@@ -64,13 +64,17 @@ def assert_check_ok(outcomes: list[dict], name: str) -> None:
 
 
 def run_checks(checks: dict[str, Callable[[], None]]) -> None:
-    """A worker's main: on the core of its local rank, in a ``neuron`` process group, every check
+    """A worker's main: on the core of its local rank, in a ``neuron`` process group (bound to the
+    core with $DEVICE_ID=1), every check
     (or those named in $CHECKS), its outcome ("ok" or the traceback) written to
     ``$RESULTS_DIR/rank<N>.json``; a barrier after each keeps the ranks on the same check."""
     import torch
     import torch.distributed as dist
-    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend="neuron")
+    local = int(os.environ["LOCAL_RANK"])
+    torch.neuron.set_device(local)
+    # DEVICE_ID=1: the group is bound to the rank's core (init_process_group(device_id=...)).
+    bound = {"device_id": torch.device("neuron", local)} if os.environ.get("DEVICE_ID") == "1" else {}
+    dist.init_process_group(backend="neuron", **bound)
     only = os.environ.get("CHECKS", "").split(",")
     results = {}
     for name, fn in checks.items():

@@ -94,7 +94,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta, group_name: str) -> None:
         super().__init__(rank, size)
-        self._name = group_name
+        self._name, self._store, self._timeout = group_name, store, timeout
+        self._splits = 0
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         # Ranks on this host move the bytes of the main collectives through shared memory.
         self._link = SharedMemoryLink.connect(store, rank, size, timeout)
@@ -113,6 +114,69 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def __repr__(self) -> str:
         return f"NeuronProcessGroup(rank={self.rank()}, size={self.size()})"
+
+    def name(self) -> str:
+        return "neuron"
+
+    def get_group_store(self) -> dist.Store:
+        return self._store
+
+    # -- the group as its own backend: torch asks a group for its backend on a device (with
+    # ``init_process_group(device_id=...)``, ``split_group``, DeviceMesh, new_group); a C++
+    # group keeps one per device type, this one is the neuron backend and Gloo the CPU's.
+    def _get_backend(self, device: torch.device) -> Any:
+        kind = torch.device(device).type
+        if kind == "neuron":
+            return self
+        if kind == "cpu":
+            return self._gloo
+        raise RuntimeError(f"No backend type associated with device type {kind} (the neuron process group "
+                           "runs neuron tensors, and CPU tensors through Gloo)")
+
+    @property
+    def supports_splitting(self) -> bool:
+        return True
+
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
+
+    @property
+    def supports_time_estimate(self) -> bool:
+        return False
+
+    @property
+    def options(self) -> None:
+        return None
+
+    def supports_tensor_alloc(self, device: torch.device) -> bool:
+        return False
+
+    def eager_connect_single_device(self, device: torch.device | None) -> None:
+        """Nothing to connect: Gloo and the shared-memory link connect when the group is made."""
+
+    def perform_nocolor_split(self, device: torch.device) -> None:
+        """A rank outside a group being split off takes no part (NCCL's ranks must)."""
+
+    def _set_sequence_number_for_group(self) -> None:
+        """Gloo keeps its own sequence numbers."""
+
+    def comm_split_count(self) -> int:
+        return self._splits
+
+    def split_group(self, new_ranks: list[int], timeout: timedelta | None = None, opts: Any = None,
+                    group_name: str | None = None, group_desc: str | None = None,
+                    device_types: list[torch.device] | None = None) -> NeuronProcessGroup | None:
+        """``dist.split_group`` (and DeviceMesh's sub-meshes once a device is bound): a group of
+        this group's ranks ``new_ranks`` (sorted), connected through this group's store; None on
+        the ranks outside it, which take no part."""
+        self._splits += 1
+        if self.rank() not in new_ranks:
+            return None
+        name = group_name or f"{self._name}:split:{self._splits}"
+        store = dist.PrefixStore(f"{name}/", self._store)
+        return NeuronProcessGroup(store, sorted(new_ranks).index(self.rank()), len(new_ranks),
+                                  timeout or self._timeout, name)
 
     # -- the launch of one collective
     @staticmethod
