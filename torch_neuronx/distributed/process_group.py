@@ -25,6 +25,7 @@ from torch.distributed import ReduceOp
 
 from .. import _C
 from .eager_frames import never_traced
+from .peers import Peers
 from .shared_memory import SharedMemoryLink, supports
 from .work import NeuronWork
 
@@ -98,7 +99,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._splits = 0
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         # Ranks on this host move the bytes of the main collectives through shared memory.
-        self._link = SharedMemoryLink.connect(store, rank, size, timeout)
+        self._peers = Peers(store, rank, size)
+        self._link = SharedMemoryLink.connect(store, self._peers.key, rank, size, timeout)
 
     # -- identity (the C++ base keeps a name only for groups with C++ backends)
     def getBackendName(self) -> str:
@@ -212,8 +214,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     self._verify(name, signature)
                 body()
             except Exception as error:
-                future.set_exception(RuntimeError(f"{label} on neuron:{index} failed: {error}"))
-                raise RuntimeError(f"{label} on neuron:{index} failed: {error}") from error
+                message = f"{label} on neuron:{index} failed: {error}"
+                if "rank(s)" not in message:  # Gloo tells of a closed connection, not whose
+                    dead = self._peers.describe_exited()
+                    message += f" ({dead})" if dead else ""
+                future.set_exception(RuntimeError(message))
+                raise RuntimeError(message) from error
             future.set_result(outputs)
 
         with torch.neuron.stream(comm):

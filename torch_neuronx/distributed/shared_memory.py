@@ -58,14 +58,13 @@ class SharedMemoryLink:
         _C._link_join(self._control, rank)
 
     @classmethod
-    def connect(cls, store: dist.Store, rank: int, size: int, timeout: timedelta) -> SharedMemoryLink | None:
+    def connect(cls, store: dist.Store, key: str, rank: int, size: int, timeout: timedelta) -> SharedMemoryLink | None:
         """The group's link, or None on every rank when any rank cannot map the segment (another
-        host, no room in /dev/shm, the variable off): the ranks agree through ``store``."""
+        host, no room in /dev/shm, the variable off): the ranks agree through ``store``, under
+        the group's ``key`` (:class:`.peers.Peers`)."""
         if not 1 < size <= MAX_RANKS:
             return None
-        # Group names repeat after destroy_process_group: a counter tells this group's keys apart.
-        generation = (store.add("neuron_shm/joined", 1) - 1) // size
-        key = f"neuron_shm/{generation}"
+        key = f"{key}/shm"
         wanted = env_flag(os.environ, ENV, default=True)
         if rank == 0:
             store.set(f"{key}/path", _create(size) if wanted else "")
