@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import time
 
-from ranks import run_on_ranks
+from ranks import main_or_worker, run_on_ranks
 
 import results
 
@@ -108,7 +107,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    else:
-        main()
+    main_or_worker(main, worker)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,3 +27,12 @@ def run_on_ranks(script: str, nproc: int, *args: str) -> list[dict]:
                        capture_output=True)
         with open(out) as f:
             return json.load(f)
+
+
+def main_or_worker(main: Callable[[], None], worker: Callable[..., None]) -> None:
+    """A script's entry point: its ``worker(out, *ints)`` when :func:`run_on_ranks` started it,
+    else its ``main()``."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2], *map(int, sys.argv[3:]))
+    else:
+        main()
