@@ -1,6 +1,7 @@
 #include "host_substitutes.h"
 
 #include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
 
 #include "generator.h"
 #include "rnn_cells.h"
@@ -47,6 +48,33 @@ void insert_bias_sizes(torch::jit::Stack& s) {
   s.insert(s.begin() + 3, bias_sizes);
 }
 
+// histc of an integer tensor: CUDA counts it in the input's dtype (Transformers' MoE routing
+// counts expert ids so on every device but the CPU and MPS), the CPU kernel refuses integers.
+// Counted in float64, exact for integers below 2^53.
+at::Tensor histc_any_dtype(const at::Tensor& input, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  if (!c10::isIntegralType(input.scalar_type(), /*includeBool=*/true)) return at::histc(input, bins, min, max);
+  return at::histc(input.to(at::kDouble), bins, min, max).to(input.scalar_type());
+}
+
+void histc(torch::jit::Stack& s, c10::DeviceIndex) {
+  at::Tensor counts = histc_any_dtype(s[0].toTensor(), s[1].toInt(), s[2].toScalar(), s[3].toScalar());
+  s.clear();
+  s.push_back(std::move(counts));
+}
+
+void histc_out(torch::jit::Stack& s, c10::DeviceIndex) {
+  const at::Tensor counts = histc_any_dtype(s[0].toTensor(), s[1].toInt(), s[2].toScalar(), s[3].toScalar());
+  at::Tensor out = s[4].toTensor();
+  TORCH_CHECK(out.scalar_type() == counts.scalar_type(),
+              "torch.histc: input tensor and hist tensor should have the "
+              "same dtype, but got input ",
+              counts.scalar_type(), " and hist ", out.scalar_type());
+  at::native::resize_output(out, counts.sizes());
+  out.copy_(counts);
+  s.clear();
+  s.push_back(out);
+}
+
 }  // namespace
 
 const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
@@ -54,6 +82,8 @@ const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
       {"aten::convolution_overrideable", {"aten::convolution", nullptr, nullptr}},
       {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
       {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
+      {"aten::histc", {nullptr, nullptr, &histc}},
+      {"aten::histc.out", {nullptr, nullptr, &histc_out}},
       {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
       {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},
       {"aten::_thnn_fused_gru_cell", {nullptr, nullptr, &fused_gru_cell}},
