@@ -37,12 +37,6 @@ auto translate_runtime_errors(F&& f) -> decltype(f()) {
 }  // namespace
 
 void check_supported_dtype(c10::ScalarType dtype, const std::string& op) {
-  TORCH_CHECK_TYPE(!c10::isComplexType(dtype), op,
-                   ": the neuron device does not support complex "
-                   "dtypes (got ",
-                   dtype,
-                   "). Keep complex tensors on the CPU, or represent them "
-                   "as real tensors with a trailing dimension of 2.");
   TORCH_CHECK_TYPE(!c10::isQIntType(dtype), op,
                    ": the neuron device does not support quantized "
                    "dtypes (got ",

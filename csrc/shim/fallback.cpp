@@ -21,6 +21,7 @@
 namespace torch_neuronx {
 
 const std::string kFloat64Reason = "float64 tensors live on the device but compute on the host";
+const std::string kComplexReason = "complex tensors live on the device but compute on the host";
 
 namespace {
 std::atomic<bool> strict_fallback{false};
@@ -82,7 +83,7 @@ void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack
     const auto& v = stack[i];
     if (v.isTensor() && v.toTensor().defined()) check_supported_dtype(v.toTensor().scalar_type(), name);
   }
-  if (reason == kFloat64Reason && called_by_tensor_printing()) return;
+  if ((reason == kFloat64Reason || reason == kComplexReason) && called_by_tensor_printing()) return;
   TORCH_CHECK(!strict_fallback, "neuron: operator '", name, "' would fall back to the CPU (", reason,
               ") but TORCH_NEURONX_STRICT_FALLBACK=1 forbids host execution. Unset it to allow the "
               "fallback, or keep this computation on the CPU.");

@@ -11,8 +11,11 @@ namespace torch_neuronx {
 
 // The reason given for float64 operators (a dtype policy: one warning covers all of them).
 extern const std::string kFloat64Reason;
+// The reason given for operators on complex tensors (the chip has no complex arithmetic: the
+// tensors are held in device memory, their operators run on the host, reported per operator).
+extern const std::string kComplexReason;
 
-// Checks and records a host execution of `op`: refuses complex numbers and (in strict mode) any
+// Checks and records a host execution of `op`: refuses quantized tensors and (in strict mode) any
 // host execution, counts it in get_fallback_ops() and warns once per operator.
 void note_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& reason);
 

@@ -10,6 +10,9 @@ namespace torch_neuronx {
 at::Tensor tensor_on(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  // A lazy conjugate (x.conj()) or negation is a bit of the tensor, not of its bytes.
+  impl->_set_conj(like.is_conj());
+  impl->_set_neg(like.is_neg());
   return at::Tensor(std::move(impl));
 }
 

@@ -52,6 +52,7 @@ const c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
 struct Placement {
   c10::DeviceIndex device = -1;
   bool float64 = false;
+  bool complex = false;
 };
 
 // How each argument takes part in the signature and in the host call.
@@ -172,6 +173,7 @@ class NativeKernel final : public c10::OperatorKernel {
     bool cacheable = !sync_;
     const Placement place = scan(first, key, cacheable);
     cacheable &= !place.float64;
+    if (place.complex) return fallback_to_cpu(op, stack, kComplexReason);
     if (place.float64 && !host_op_ && !host_run_) return fallback_to_cpu(op, stack, kFloat64Reason);
     if (place.float64) note_fallback(op, *stack, kFloat64Reason);  // the host substitute runs it
     const auto device = place.device >= 0 ? place.device : current_device();
@@ -250,6 +252,7 @@ class NativeKernel final : public c10::OperatorKernel {
                     "! (when checking arguments for ", name_, ")");
         const auto dtype = t.scalar_type();
         if (dtype == c10::ScalarType::Double) place.float64 = true;
+        if (c10::isComplexType(dtype)) place.complex = true;
         check_supported_dtype(dtype, name_);
         if (bool_index_sync_ && (dtype == c10::ScalarType::Bool || dtype == c10::ScalarType::Byte)) cacheable = false;
       } else {

@@ -11,6 +11,8 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <torch/library.h>
 
 #include "allocator.h"
@@ -74,11 +76,6 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::
 
 at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
   return at::native::unfold(self, dim, size, step);
-}
-
-at::Tensor complex_view(const at::Tensor& self) {
-  check_supported_dtype(c10::ScalarType::ComplexFloat, "aten::view_as_complex/view_as_real");
-  return self;
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -201,6 +198,19 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 
 }  // namespace
 
+// The copies honour a lazy conjugate or negation themselves (the host aliases carry the bits), as
+// copy_ does: without this PyTorch's fallback for those bits resolves the source by cloning it,
+// which copies it again, without end.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", record_stream);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
@@ -210,8 +220,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", view);
   m.impl("_reshape_alias", reshape_alias);
   m.impl("unfold", unfold);
-  m.impl("view_as_real", complex_view);
-  m.impl("view_as_complex", complex_view);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("resize_", resize_);
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_.source_Storage", set_source_storage);

@@ -1,5 +1,6 @@
 """Dtype and tensor-kind policies of the neuron device: float64 falls back to the CPU, native dtypes run
-as device kernels, complex/sparse/forward-AD are rejected with clear errors, strict fallback
+as device kernels, sparse/forward-AD are rejected with clear errors (complex tensors:
+test_complex.py), strict fallback
 mode, cross-device checks and fallback tracking."""
 import os
 import subprocess
@@ -141,32 +142,8 @@ def test_native_dtypes_run_natively(dtype):
 
 
 # --------------------------------------------------------------------------------------------
-# complex / sparse / forward AD
+# sparse / forward AD
 # --------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("make", [
-    lambda: torch.zeros(2, dtype=torch.complex64, device=DEVICE),
-    lambda: torch.empty(3, dtype=torch.complex128, device=DEVICE),
-    lambda: torch.zeros(2, dtype=torch.complex64).to(DEVICE),
-    lambda: torch.randn(2, 2, dtype=torch.cfloat).to(DEVICE),
-    lambda: torch.zeros(2, device=DEVICE).to(torch.complex64),
-    lambda: torch.view_as_complex(torch.zeros(2, 2, device=DEVICE)),
-], ids=["zeros", "empty128", "to", "to_randn", "to_dtype", "view_as_complex"])
-def test_complex_rejected(make):
-    with pytest.raises((TypeError, RuntimeError)) as info:
-        make()
-    message = str(info.value).lower()
-    assert "complex" in message and "cpu" in message, message
-    # the device stays usable
-    assert_same(torch.ones(2) * 2, torch.ones(2, device=DEVICE) * 2)
-
-
-def test_complex_creation_error_is_type_error():
-    with pytest.raises(TypeError, match="complex"):
-        torch.zeros(2, dtype=torch.complex64, device=DEVICE)
-    with pytest.raises(TypeError, match="complex"):
-        torch.zeros(2, dtype=torch.complex64).to(DEVICE)
-
 
 @pytest.mark.parametrize("make", [
     lambda: torch.eye(3).to_sparse().to(DEVICE),

@@ -286,8 +286,8 @@ def write_markdown(rows, path, title="Upstream conformance (OpInfo)", command=No
               "intermediate*: the operator's composite creates float64 tensors itself (e.g. `linalg.pinv`'s "
               "default tolerances), and their table operators then run on the host by policy (the sweep "
               "turns off retrying failed kernels on the CPU, so a table operator falls back only for "
-              "float64); *complex intermediate*: the operator computes through complex tensors, which the "
-              "device refuses.", ""]
+              "float64); *complex intermediate*: the operator computes through complex tensors, which "
+              "compute on the host by policy.", ""]
     lines += [f"## Worst operators (top {top} by failing samples)", ""]
     if s["worst"]:
         lines += ["| operator | failing | enabled | failure rate |", "|---|---|---|---|"]
