@@ -33,8 +33,9 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Gone or a zombie (exited, not yet reaped by its launcher).
-bool exited(int pid) {
+}  // namespace
+
+bool process_exited(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   if (!std::getline(stat, line)) return true;
@@ -42,13 +43,15 @@ bool exited(int pid) {
   return close == std::string::npos || close + 2 >= line.size() || line[close + 2] == 'Z' || line[close + 2] == 'X';
 }
 
+namespace {
+
 std::string missing_ranks(LinkControl* c, int rank, int size, bool dead_only) {
   std::string out;
   uint64_t mine = c->arrivals[rank].load();
   for (int r = 0; r < size; ++r) {
     if (c->arrivals[r].load() >= mine) continue;
     int pid = c->pids[r].load();
-    if (dead_only && (pid == 0 || !exited(pid))) continue;
+    if (dead_only && (pid == 0 || !process_exited(pid))) continue;
     out += (out.empty() ? "" : ", ") + std::to_string(r) + " (pid " + std::to_string(pid) + ")";
   }
   return out;

@@ -22,6 +22,9 @@ struct LinkControl {
 };
 static_assert(sizeof(LinkControl) <= 4096, "the control block is the segment's first page");
 
+// Whether process `pid` is gone or a zombie (exited, not yet reaped by its launcher).
+bool process_exited(int pid);
+
 // Records the calling process as `rank` (the segment starts zeroed).
 void link_join(void* control, int rank);
 

@@ -108,6 +108,7 @@ PYBIND11_MODULE(_C, m) {
   neuron_rt::set_worker_start(&setup_worker_thread);
   // The shared-memory link of a process group (torch_neuronx/distributed/shared_memory.py); the
   // control block's address comes from the Python mapping of the segment.
+  m.def("_process_exited", &neuron_rt::process_exited);
   m.def("_link_join",
         [](uintptr_t control, int rank) { neuron_rt::link_join(reinterpret_cast<void*>(control), rank); });
   m.def("_link_barrier", [](uintptr_t control, int rank, int size, double timeout_seconds) {

@@ -2,7 +2,8 @@
 
 Each rank leaves its host and pid in the group's store when the group is made. After a failed
 collective a survivor looks up the peers on its own host and names those whose process has
-exited (over Gloo the error itself only tells of a closed connection). Peers on other hosts
+exited (over Gloo the error itself only tells of a closed connection), as the shared-memory
+barrier does (``_C._process_exited``). Peers on other hosts
 cannot be checked from here and are not named.
 """
 from __future__ import annotations
@@ -12,6 +13,8 @@ import socket
 import time
 
 import torch.distributed as dist
+
+from .. import _C
 
 # A peer's socket closes a moment before its process is seen to exit: one look again after this.
 _SETTLE_SECONDS = 0.05
@@ -25,16 +28,6 @@ def host_id() -> str:
     except OSError:
         boot = ""
     return f"{socket.gethostname()}/{boot}"
-
-
-def exited(pid: int) -> bool:
-    """The process is gone or a zombie (exited, not yet reaped by its launcher)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")
 
 
 class Peers:
@@ -66,7 +59,7 @@ class Peers:
         """``"rank(s) 1 (pid 4242) exited"`` for the peers on this host that exited, else ``""``."""
         local = self._local()
         for attempt in range(2):
-            dead = [(r, pid) for r, pid in local.items() if exited(pid)]
+            dead = [(r, pid) for r, pid in local.items() if _C._process_exited(pid)]
             if dead or attempt:
                 break
             time.sleep(_SETTLE_SECONDS)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import torch
@@ -90,6 +90,13 @@ class SharedMemoryLink:
     def _next_set(self) -> None:
         self._set ^= 1
 
+    def _chunks(self, flat: torch.Tensor, per_chunk: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """``flat`` in chunks of ``per_chunk`` elements (where each starts, the chunk), each on the
+        next set of slots."""
+        for start in range(0, flat.numel(), per_chunk):
+            yield start, flat[start:start + per_chunk]
+            self._next_set()
+
     # -- collectives on dense host tensors
     def agree(self, signature: list[int]) -> list[list[int]] | None:
         """Every rank's ``signature`` when they differ, None when all are alike."""
@@ -105,9 +112,7 @@ class SharedMemoryLink:
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp.RedOpType) -> None:
         flat, reduce = tensor.view(-1), _REDUCE[op]
-        per_slot = SLOT_BYTES // flat.element_size()
-        for start in range(0, flat.numel(), per_slot):
-            chunk = flat[start:start + per_slot]
+        for _, chunk in self._chunks(flat, SLOT_BYTES // flat.element_size()):
             slots = self._slot_views(flat.dtype)[:, :chunk.numel()]
             slots[self.rank].copy_(chunk)
             self._barrier()
@@ -118,24 +123,18 @@ class SharedMemoryLink:
                 reduce(mine, slots[r, lo:hi], out=mine)
             self._barrier()
             chunk.copy_(slots[0])
-            self._next_set()
 
     def all_gather(self, output: torch.Tensor, input: torch.Tensor) -> None:
         whole, part = output.view(self.size, -1), input.view(-1)
-        per_slot = SLOT_BYTES // part.element_size()
-        for start in range(0, part.numel(), per_slot):
-            chunk = part[start:start + per_slot]
+        for start, chunk in self._chunks(part, SLOT_BYTES // part.element_size()):
             slots = self._slot_views(part.dtype)[:, :chunk.numel()]
             slots[self.rank].copy_(chunk)
             self._barrier()
             whole[:, start:start + chunk.numel()].copy_(slots)
-            self._next_set()
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: ReduceOp.RedOpType) -> None:
         mine, pieces, reduce = output.view(-1), input.view(self.size, -1), _REDUCE[op]
-        per_piece = SLOT_BYTES // mine.element_size() // self.size
-        for start in range(0, mine.numel(), per_piece):
-            chunk = mine[start:start + per_piece]
+        for start, chunk in self._chunks(mine, SLOT_BYTES // mine.element_size() // self.size):
             n = chunk.numel()
             slots = self._slot_views(mine.dtype)[:, :self.size * n].view(self.size, self.size, n)
             slots[self.rank].copy_(pieces[:, start:start + n])  # piece r of this rank's input to row r
@@ -143,20 +142,16 @@ class SharedMemoryLink:
             chunk.copy_(slots[0, self.rank])
             for r in range(1, self.size):
                 reduce(chunk, slots[r, self.rank], out=chunk)
-            self._next_set()
 
     def broadcast(self, tensor: torch.Tensor, root: int) -> None:
         flat = tensor.view(-1)
-        per_slot = SLOT_BYTES // flat.element_size()
-        for start in range(0, flat.numel(), per_slot):
-            chunk = flat[start:start + per_slot]
+        for _, chunk in self._chunks(flat, SLOT_BYTES // flat.element_size()):
             slot = self._slot_views(flat.dtype)[root, :chunk.numel()]
             if self.rank == root:
                 slot.copy_(chunk)
             self._barrier()
             if self.rank != root:
                 chunk.copy_(slot)
-            self._next_set()
 
 
 def supports(op: ReduceOp.RedOpType, tensor: torch.Tensor) -> bool:

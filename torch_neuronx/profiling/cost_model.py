@@ -36,6 +36,7 @@ from torch.utils.flop_counter import flop_registry
 from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor_rate
 
 from ..compile.cost import GraphCost
+from ..runtime.chips import logical_core
 
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
 # Latency of one step of a ring collective (a hop between chips and its synchronization): no
@@ -181,7 +182,6 @@ def estimate_collective(call: dict, generation: str, logical_nc_config: int) -> 
     ring, in which each rank sends ``bus_factor`` x ``bytes`` through its logical core's share of
     its chip's NeuronLink bandwidth, plus :data:`COLLECTIVE_STEP_SECONDS` per ring step. All
     ranks on different chips is the assumption (ranks of one chip would share no link)."""
-    from ..runtime.chips import logical_core
     through_link = int(call["bytes"] * call["bus_factor"])
     seconds = (call["ring_steps"] * COLLECTIVE_STEP_SECONDS
                + through_link / logical_core(generation, logical_nc_config).interconnect_bytes_per_s)
