@@ -20,13 +20,10 @@ import time
 from ranks import main_or_worker, run_on_ranks
 
 import results
+from torch_neuronx.distributed.traffic import traffic
 
 OPS = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 LATENCY_REPS = 50
-
-
-def _bus_factor(op: str, n: int) -> float:
-    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
 
 
 def worker(out_path: str, max_mb: int, iters: int) -> None:
@@ -90,7 +87,7 @@ def main() -> None:
                                 f"{ratio:.2f}x"])
                 figures[f"small_all_reduce_latency_{n}_ranks"] = f"{ratio:.2f}x"
                 continue
-            bus = {d: row["bytes"] * _bus_factor(row["op"], n) / row[d] / 1e9 for d in ("neuron", "cpu")}
+            bus = {d: row["bytes"] * traffic(row["op"], n).bus_factor / row[d] / 1e9 for d in ("neuron", "cpu")}
             ratios.append(bus["neuron"] / bus["cpu"])
             bandwidth.append([str(n), row["op"], f"{row['bytes'] >> 20} MB", f"{bus['neuron']:.2f}",
                               f"{bus['cpu']:.2f}", f"{bus['neuron'] / bus['cpu']:.2f}x"])

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -40,15 +42,36 @@ def torchrun(script: str, nproc: int, tmp_path: Path, *args: str, timeout: float
                           capture_output=True, timeout=timeout)
 
 
-def torchrun_nodes(script: str, nnodes: int, nproc: int, tmp_path: Path, timeout: float = 300,
-                   env: dict[str, str] | None = None) -> list[tuple[int, str]]:
+def separate_hosts_available() -> bool:
+    """Whether a process tree can get a host name of its own (a UTS namespace: root)."""
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "--uts", "true"], capture_output=True).returncode == 0
+
+
+def torchrun_nodes(script: str, nnodes: int, nproc: int, tmp_path: Path, *args: str, timeout: float = 300,
+                   env: dict[str, str] | None = None, hosts: list[str] | None = None,
+                   until: str | None = None) -> list[tuple[int, str]]:
     """``nnodes`` torchrun process trees of ``nproc`` ranks each, as on ``nnodes`` machines
-    (``--nnodes``/``--node_rank``, one TCP rendezvous on loopback); each tree's return code and
-    stderr."""
+    (``--nnodes``/``--node_rank``, one TCP rendezvous on loopback); with ``hosts``, each tree runs
+    under its own host name (a UTS namespace, see :func:`separate_hosts_available`), so the
+    ranks see peers on other hosts; with ``until``, the trees still running once that file is in
+    ``tmp_path`` are killed. Each tree's return code and stderr."""
     port = free_port()
-    trees = [subprocess.Popen(_command(script, nproc, port, (f"--nnodes={nnodes}", f"--node_rank={r}"), ()),
-                              env=_env(tmp_path, env), text=True, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE) for r in range(nnodes)]
+    commands = [_command(script, nproc, port, (f"--nnodes={nnodes}", f"--node_rank={r}"), args)
+                for r in range(nnodes)]
+    if hosts:
+        commands = [["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *command]
+                    for host, command in zip(hosts, commands, strict=True)]
+    trees = [subprocess.Popen(command, env=_env(tmp_path, env), text=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for command in commands]
+    if until is not None:  # torchrun's exit barrier waits minutes for an agent whose rank died
+        deadline = time.monotonic() + timeout
+        while not (tmp_path / until).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)
+        for tree in trees:
+            if tree.poll() is None:
+                tree.kill()
     stderrs = [tree.communicate(timeout=timeout)[1] for tree in trees]
     return [(tree.returncode, stderr) for tree, stderr in zip(trees, stderrs)]
 

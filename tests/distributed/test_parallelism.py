@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from gpt_worker import CHECKS as GPT_CHECKS
-from launch import assert_check_ok, rank_results, torchrun, torchrun_nodes
+from launch import assert_check_ok, rank_results, separate_hosts_available, torchrun, torchrun_nodes
 from sharding_worker import CHECKS as SHARDING_CHECKS
 
 
@@ -63,12 +63,13 @@ def test_a_sharded_checkpoint_loads_on_two_ranks(tmp_path, saved_on):
     assert loaded.returncode == 0, loaded.stderr[-4000:]
 
 
+@pytest.mark.skipif(not separate_hosts_available(), reason="needs UTS namespaces (root) for a host name per node")
 def test_training_across_two_nodes_matches_cpu_training(tmp_path):
-    """Two torchrun trees (``--nnodes 2 --node_rank r``, one rank each, both on their core 0)
-    meeting at one TCP rendezvous train as one world: DDP and a two-stage pipeline, over Gloo, the
-    transport between hosts (on one host the ranks would choose shared memory)."""
+    """Two torchrun trees (``--nnodes 2 --node_rank r``, one rank each, both on their core 0), each
+    under its own host name, meeting at one TCP rendezvous train as one world: DDP and a two-stage
+    pipeline, over Gloo, the transport between hosts."""
     names = {"ddp_gpt_matches_cpu": None, "pipeline_gpt_matches_cpu": None}
-    env = {"CHECKS": ",".join(names), "STEPS": "5", "TORCH_NEURONX_DIST_SHARED_MEMORY": "0"}
-    for code, stderr in torchrun_nodes("gpt_worker.py", 2, 1, tmp_path, env=env):
+    env = {"CHECKS": ",".join(names), "STEPS": "5"}
+    for code, stderr in torchrun_nodes("gpt_worker.py", 2, 1, tmp_path, env=env, hosts=["node-a", "node-b"]):
         assert code == 0, stderr[-4000:]
     assert_all_ok(rank_results(tmp_path, 2), names)

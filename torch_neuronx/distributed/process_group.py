@@ -14,6 +14,7 @@ returned by the backend's creator (torch keeps it as the group); see docs/distri
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -26,7 +27,8 @@ from torch.distributed import ReduceOp
 from .. import _C
 from .eager_frames import never_traced
 from .peers import Peers
-from .shared_memory import SharedMemoryLink, supports
+from .shared_memory import MAX_ALL_TO_ALL_RANKS, SharedMemoryLink, supports
+from .traffic import traffic
 from .work import NeuronWork
 
 _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -100,7 +102,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         # Ranks on this host move the bytes of the main collectives through shared memory.
         self._peers = Peers(store, rank, size)
-        self._link = SharedMemoryLink.connect(store, self._peers.key, rank, size, timeout)
+        self._link = SharedMemoryLink.connect(store, self._peers.key, rank, size, timeout,
+                                              one_host=not self._peers.remote)
 
     # -- identity (the C++ base keeps a name only for groups with C++ backends)
     def getBackendName(self) -> str:
@@ -188,11 +191,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _COMM_STREAMS[device]
 
     def _run(self, name: str, tensors: Sequence[torch.Tensor], outputs: list[torch.Tensor],
-             body: Callable[[], None], agree: Sequence[torch.Tensor] | None = None, root: int = -1) -> dist.Work:
-        """Queue ``body`` (Gloo on host aliases) on the communication stream of the tensors'
-        core, after the work queued so far on the issuing stream. ``agree``: the tensors whose
-        dtype and sizes every rank must pass alike (checked first: Gloo aborts the process on a
-        size mismatch)."""
+             body: Callable[[], None], agree: Sequence[torch.Tensor] | None = None, root: int = -1,
+             linked: bool = False) -> dist.Work:
+        """Queue ``body`` (on host aliases) on the communication stream of the tensors' core,
+        after the work queued so far on the issuing stream. ``agree``: the tensors whose dtype and
+        sizes every rank must pass alike (checked first: Gloo aborts the process on a size
+        mismatch); ``linked``: the body moves the bytes through the shared-memory link."""
         devices = {t.device for t in tensors}
         if len(devices) != 1:
             raise ValueError(f"{name}: every tensor must be on one device, got {sorted(map(str, devices))}")
@@ -206,7 +210,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         label = f"c10d::{name} (rank {self.rank()} of {self.size()})"
 
         signature = None if agree is None else _signature(name, agree, root)
-        described = self._message(name, tensors, outputs) if _C._profiler_recording() else ""
+        described = self._message(name, tensors, outputs, linked) if _C._profiler_recording() else ""
 
         def kernel() -> None:
             try:
@@ -227,7 +231,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
             done = comm.record_event()
         return NeuronWork(label, done, future, outputs)
 
-    def _message(self, name: str, tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor]) -> str:
+    def _message(self, name: str, tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+                 linked: bool) -> str:
         """The collective's message for the profiler (torch_neuronx/profiling): its size as
         nccl-tests counts it (the larger of what a rank passes in and gets out), the bus factor
         and ring steps of its algorithm, and the transport; empty for a point-to-point wait."""
@@ -235,14 +240,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if name.endswith(")") and not name.endswith("post"):
             return ""  # the wait for a posted send or receive moves nothing
         n = self.size()
-        bus, steps = _BUS.get(base, (lambda n: 1.0, lambda n: 1))
+        bus, steps = traffic(base, n)
         out_ids = {id(t) for t in outputs}
         written = sum(t.nbytes for t in outputs)
         read = sum(t.nbytes for t in tensors if id(t) not in out_ids) or written
-        transport = "shared_memory" if self._link is not None and base in _LINKED else "gloo"
         return json.dumps({"collective": base, "group_size": n, "bytes": max(read, written),
                            "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
-                           "bus_factor": bus(n), "ring_steps": steps(n), "transport": transport})
+                           "bus_factor": bus, "ring_steps": steps,
+                           "transport": "shared_memory" if linked else "gloo"})
 
     def _host(self) -> dist.ProcessGroup:
         """Gloo for an operation issued from the calling thread (CPU tensors, barriers): first
@@ -259,6 +264,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         ``wait`` returns; when that happens during interpreter exit the process aborts
         ("terminate called without an active exception", also with the plain ``gloo`` backend).
         Not a collective: a dead peer cannot make it block."""
+        self._peers.leave()
         self._host()
         time.sleep(_GLOO_SETTLE_SECONDS)
 
@@ -290,13 +296,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if not self._on_neuron(tensors):
             return self._host().allreduce(tensors, opts)
         red = _reduction(opts.reduceOp, tensors, "all_reduce")
+        linked = self._link is not None and all(supports(red.op, t) for t in tensors)
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
             if red.factor is not None:  # in place: the result overwrites the input anyway
                 for v in views:
                     v.dense.mul_(red.factor)
-            if self._link is not None and all(supports(red.op, v.dense) for v in views):
+            if linked:
                 for v in views:
                     self._link.all_reduce(v.dense, red.op)
             else:
@@ -304,7 +311,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             for v in views:
                 red.finish(v.dense, self.size())
                 v.finish()
-        return self._run("allreduce", tensors, tensors, body, agree=tensors)
+        return self._run("all_reduce", tensors, tensors, body, agree=tensors, linked=linked)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceCoalescedOptions()
@@ -315,17 +322,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
         opts = opts or dist.BroadcastOptions()
         if not self._on_neuron(tensors):
             return self._host().broadcast(tensors, opts)
+        linked = self._link is not None
 
         def body() -> None:
             views = [_Contiguous(t) for t in tensors]
-            if self._link is not None:
+            if linked:
                 for v in views:
                     self._link.broadcast(v.dense, opts.rootRank)
             else:
                 self._gloo.broadcast([v.dense for v in views], opts).wait()
             for v in views:
                 v.finish()
-        return self._run("broadcast", tensors, tensors, body, agree=tensors, root=opts.rootRank)
+        return self._run("broadcast", tensors, tensors, body, agree=tensors, root=opts.rootRank, linked=linked)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
@@ -354,30 +362,38 @@ class NeuronProcessGroup(dist.ProcessGroup):
         flat = [t for group in outputs for t in group]
         if not self._on_neuron([*inputs, *flat]):
             return self._host().allgather(outputs, inputs, opts)
+        linked = self._link is not None and _uniform(inputs, flat)
 
         def body() -> None:
-            out_views = [[_Contiguous(t) for t in group] for group in outputs]
-            ins = [_Contiguous(t).dense for t in inputs]
-            self._gloo.allgather([[v.dense for v in group] for group in out_views], ins, opts).wait()
-            for group in out_views:
-                for v in group:
-                    v.finish()
-        return self._run("allgather", [*inputs, *flat], flat, body, agree=[*inputs, *flat])
+            for group, source in zip(outputs, inputs, strict=True):
+                if linked:  # into one buffer, then to the list
+                    whole = torch.empty((self.size(), source.numel()), dtype=source.dtype)
+                    self._link.gather(whole, _alias(source).contiguous())
+                    for piece, t in zip(whole, group):
+                        _alias(t).copy_(piece.view(t.shape))
+                else:
+                    views = [_Contiguous(t) for t in group]
+                    self._gloo.allgather([[v.dense for v in views]], [_alias(source).contiguous()], opts).wait()
+                    for v in views:
+                        v.finish()
+        return self._run("all_gather", [*inputs, *flat], flat, body, agree=[*inputs, *flat], linked=linked)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         opts = opts or dist.AllgatherOptions()
         if not self._on_neuron([output, input]):
             return self._host()._allgather_base(output, input, opts)
         _check_sizes("all_gather_into_tensor", output, input, self.size())
+        linked = self._link is not None
 
         def body() -> None:
             out, inp = _Contiguous(output), _Contiguous(input)
-            if self._link is not None:
-                self._link.all_gather(out.dense, inp.dense)
+            if linked:
+                self._link.gather(out.dense, inp.dense)
             else:
                 self._gloo._allgather_base(out.dense, inp.dense, opts).wait()
             out.finish()
-        return self._run("allgather_into_tensor", [output, input], [output], body, agree=[output, input])
+        return self._run("all_gather_into_tensor", [output, input], [output], body, agree=[output, input],
+                         linked=linked)
 
     all_gather_single = _allgather_base
 
@@ -399,15 +415,21 @@ class NeuronProcessGroup(dist.ProcessGroup):
             return self._host().reduce_scatter(outputs, inputs, opts)
         red = _reduction(opts.reduceOp, flat, "reduce_scatter")
         gloo_opts = _reduce_scatter_opts(red.op, opts.timeout)
+        linked = self._link is not None and _uniform(outputs, flat) and all(supports(red.op, t) for t in outputs)
 
         def body() -> None:
-            outs = [_Contiguous(t) for t in outputs]
-            ins = [[red.scaled(_alias(t).contiguous()) for t in group] for group in inputs]
-            self._gloo.reduce_scatter([v.dense for v in outs], ins, gloo_opts).wait()
-            for v in outs:
-                red.finish(v.dense, self.size())
-                v.finish()
-        return self._run("reduce_scatter", [*outputs, *flat], outputs, body, agree=[*outputs, *flat])
+            for output, group in zip(outputs, inputs, strict=True):
+                out = _Contiguous(output)
+                if linked:  # the list as one buffer (a copy: the caller's inputs are kept)
+                    whole = red.scaled(torch.stack([_alias(t).reshape(-1) for t in group]))
+                    self._link.reduce_scatter(out.dense, whole, red.op)
+                else:
+                    sources = [red.scaled(_alias(t).contiguous()) for t in group]
+                    self._gloo.reduce_scatter([out.dense], [sources], gloo_opts).wait()
+                red.finish(out.dense, self.size())
+                out.finish()
+        return self._run("reduce_scatter", [*outputs, *flat], outputs, body, agree=[*outputs, *flat],
+                         linked=linked)
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceScatterOptions()
@@ -416,12 +438,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _check_sizes("reduce_scatter_tensor", input, output, self.size())
         red = _reduction(opts.reduceOp, [input], "reduce_scatter_tensor")
         gloo_opts = _reduce_scatter_opts(red.op, opts.timeout)
+        linked = self._link is not None and supports(red.op, output)
 
         def body() -> None:
             out = _Contiguous(output)
             source = _alias(input).contiguous()
             scaled = red.scaled(source)
-            if self._link is not None and supports(red.op, out.dense):
+            if linked:
                 self._link.reduce_scatter(out.dense, scaled, red.op)
             else:
                 # Gloo reduces in place into its input: work on a copy, the caller's input is kept.
@@ -429,7 +452,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
                                                 gloo_opts).wait()
             red.finish(out.dense, self.size())
             out.finish()
-        return self._run("reduce_scatter_tensor", [output, input], [output], body, agree=[output, input])
+        return self._run("reduce_scatter_tensor", [output, input], [output], body, agree=[output, input],
+                         linked=linked)
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -439,66 +463,96 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
+    def _all_to_all_linked(self) -> bool:
+        return self._link is not None and self.size() <= MAX_ALL_TO_ALL_RANKS
+
+    def _all_to_all_flat(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
+                         input_splits: list[int], linked: bool, opts: Any) -> None:
+        """Piece r of the flat host tensor ``input`` to rank r (splits in elements)."""
+        if linked:
+            self._link.all_to_all(output, input, output_splits, input_splits)
+        else:
+            self._gloo.alltoall_base(output, input, output_splits, input_splits, opts).wait()
+
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllToAllOptions()
         if not self._on_neuron([output, input]):
             return self._host().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+        linked = self._all_to_all_linked()
 
         def body() -> None:
             out = _Contiguous(output)
-            self._gloo.alltoall_base(out.dense, _alias(input).contiguous(), output_split_sizes,
-                                     input_split_sizes, opts).wait()
+            self._all_to_all_flat(out.dense.view(-1), _alias(input).contiguous().view(-1),
+                                  _element_splits(output, output_split_sizes, self.size()),
+                                  _element_splits(input, input_split_sizes, self.size()), linked, opts)
             out.finish()
-        return self._run("all_to_all_single", [output, input], [output], body, agree=[])
+        return self._run("all_to_all_single", [output, input], [output], body, agree=[], linked=linked)
 
     all_to_all_single = alltoall_base
 
     def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        """The lists as one flat buffer each (their tensors may differ in size, as with NCCL)."""
         opts = opts or dist.AllToAllOptions()
         if not self._on_neuron([*outputs, *inputs]):
             return self._host().alltoall(outputs, inputs, opts)
+        linked = self._all_to_all_linked()
 
         def body() -> None:
-            outs = [_Contiguous(t) for t in outputs]
-            self._gloo.alltoall([v.dense for v in outs], [_alias(t).contiguous() for t in inputs], opts).wait()
-            for v in outs:
-                v.finish()
-        return self._run("all_to_all", [*outputs, *inputs], outputs, body, agree=[])
+            sizes = [t.numel() for t in outputs]
+            whole = torch.empty(sum(sizes), dtype=outputs[0].dtype)
+            self._all_to_all_flat(whole, torch.cat([_alias(t).reshape(-1) for t in inputs]), sizes,
+                                  [t.numel() for t in inputs], linked, opts)
+            for t, piece in zip(outputs, whole.split(sizes)):
+                _alias(t).copy_(piece.view(t.shape))
+        return self._run("all_to_all", [*outputs, *inputs], outputs, body, agree=[], linked=linked)
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.GatherOptions()
         flat = [t for group in outputs for t in group]
         if not self._on_neuron([*inputs, *flat]):
             return self._host().gather(outputs, inputs, opts)
-
         destinations = outputs if self.rank() == opts.rootRank else []  # as for scatter
+        linked = self._link is not None and len(inputs) == 1
 
         def body() -> None:
+            if linked:  # into one buffer on the root, then to the list
+                source = _alias(inputs[0]).contiguous()
+                whole = torch.empty((self.size(), source.numel()), dtype=source.dtype) if destinations else None
+                self._link.gather(whole, source)
+                for group in destinations:
+                    for piece, t in zip(whole, group):
+                        _alias(t).copy_(piece.view(t.shape))
+                return
             out_views = [[_Contiguous(t) for t in group] for group in destinations]
             self._gloo.gather([[v.dense for v in group] for group in out_views],
                               [_alias(t).contiguous() for t in inputs], opts).wait()
             for group in out_views:
                 for v in group:
                     v.finish()
-        return self._run("gather", [*inputs, *flat], flat, body, agree=inputs, root=opts.rootRank)
+        return self._run("gather", [*inputs, *flat], flat, body, agree=inputs, root=opts.rootRank, linked=linked)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> dist.Work:
         opts = opts or dist.ScatterOptions()
         flat = [t for group in inputs for t in group]
         if not self._on_neuron([*outputs, *flat]):
             return self._host().scatter(outputs, inputs, opts)
-
         # Only the root's list is read (Gloo refuses one on the other ranks; DTensor passes it on all).
         sources = inputs if self.rank() == opts.rootRank else []
+        linked = self._link is not None and len(outputs) == 1
 
         def body() -> None:
             outs = [_Contiguous(t) for t in outputs]
-            self._gloo.scatter([v.dense for v in outs], [[_alias(t).contiguous() for t in group] for group in sources],
-                               opts).wait()
+            if linked:  # from one buffer on the root
+                whole = torch.stack([_alias(t).reshape(-1) for t in sources[0]]) if sources else None
+                self._link.scatter(outs[0].dense, whole, opts.rootRank)
+            else:
+                self._gloo.scatter([v.dense for v in outs],
+                                   [[_alias(t).contiguous() for t in group] for group in sources], opts).wait()
             for v in outs:
                 v.finish()
-        return self._run("scatter", [*outputs, *flat], outputs, body, agree=outputs, root=opts.rootRank)
+        return self._run("scatter", [*outputs, *flat], outputs, body, agree=outputs, root=opts.rootRank,
+                         linked=linked)
 
     def barrier(self, opts: Any = None) -> dist.Work:
         """Blocks until every rank reached it, after this process's queued device work."""
@@ -595,26 +649,10 @@ class _DeferredWork(dist.Work):
         self._queued().synchronize()
 
 
-_COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "allgather_into_tensor", "reduce_scatter",
+_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                 "reduce_scatter_tensor", "all_to_all_single", "all_to_all", "gather", "scatter")
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.int64, torch.int16,
            torch.int8, torch.uint8, torch.bool)
-
-
-def _ring(n: int) -> float:
-    return (n - 1) / n
-
-
-# nccl-tests' bus bandwidth factors and the steps of a ring, by collective (send/recv: 1 and 1).
-_BUS: dict[str, tuple[Callable[[int], float], Callable[[int], int]]] = {
-    "allreduce": (lambda n: 2 * _ring(n), lambda n: 2 * (n - 1)),
-    "broadcast": (lambda n: 1.0, lambda n: n - 1), "reduce": (lambda n: 1.0, lambda n: n - 1),
-    **{name: (_ring, lambda n: n - 1) for name in ("allgather", "allgather_into_tensor", "reduce_scatter",
-                                                  "reduce_scatter_tensor", "all_to_all_single", "all_to_all",
-                                                  "gather", "scatter")},
-}
-# The collectives the shared-memory link carries (the rest go to Gloo).
-_LINKED = ("allreduce", "broadcast", "allgather_into_tensor", "reduce_scatter_tensor")
 
 
 def _signature(name: str, tensors: Sequence[torch.Tensor], root: int) -> list[int]:
@@ -637,6 +675,19 @@ def _each(collective: Callable[..., dist.Work], outputs: Sequence[Any], inputs: 
     communication stream, so waiting for the last waits for all."""
     works = [collective(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
     return works[-1]
+
+
+def _uniform(inputs: Sequence[torch.Tensor], pieces: Sequence[torch.Tensor]) -> bool:
+    """Whether every piece of a list-form collective has the size and dtype of the tensors it
+    pairs with (so the list is one buffer of ``size`` rows)."""
+    return len(inputs) > 0 and all(p.numel() == inputs[0].numel() and p.dtype == inputs[0].dtype
+                                   for p in [*inputs, *pieces])
+
+
+def _element_splits(t: torch.Tensor, rows: list[int], size: int) -> list[int]:
+    """``all_to_all_single``'s split sizes (rows of dim 0; none: even) in elements."""
+    per_row = math.prod(t.shape[1:])
+    return [r * per_row for r in rows] if rows else [t.shape[0] // size * per_row] * size
 
 
 def _check_sizes(name: str, whole: torch.Tensor, part: torch.Tensor, size: int) -> None:

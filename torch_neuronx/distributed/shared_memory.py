@@ -32,6 +32,8 @@ ENV = "TORCH_NEURONX_DIST_SHARED_MEMORY"
 MAX_RANKS = 64  # the control page's capacity (kMaxLinkRanks)
 SLOT_BYTES = 2 << 20
 SIGNATURE_INTS = 64
+# An all-to-all exchanges every rank's input and output splits in a signature row.
+MAX_ALL_TO_ALL_RANKS = (SIGNATURE_INTS - 1) // 2
 _CONTROL_BYTES = 4096
 _DIRECTORY = "/dev/shm"
 
@@ -58,14 +60,15 @@ class SharedMemoryLink:
         _C._link_join(self._control, rank)
 
     @classmethod
-    def connect(cls, store: dist.Store, key: str, rank: int, size: int, timeout: timedelta) -> SharedMemoryLink | None:
-        """The group's link, or None on every rank when any rank cannot map the segment (another
-        host, no room in /dev/shm, the variable off): the ranks agree through ``store``, under
-        the group's ``key`` (:class:`.peers.Peers`)."""
+    def connect(cls, store: dist.Store, key: str, rank: int, size: int, timeout: timedelta,
+                one_host: bool) -> SharedMemoryLink | None:
+        """The group's link, or None on every rank when any rank cannot map the segment (ranks
+        on other hosts (``one_host`` false), no room in /dev/shm, the variable off): the ranks
+        agree through ``store``, under the group's ``key`` (:class:`.peers.Peers`)."""
         if not 1 < size <= MAX_RANKS:
             return None
         key = f"{key}/shm"
-        wanted = env_flag(os.environ, ENV, default=True)
+        wanted = one_host and env_flag(os.environ, ENV, default=True)
         if rank == 0:
             store.set(f"{key}/path", _create(size) if wanted else "")
         path = store.get(f"{key}/path").decode()
@@ -90,74 +93,143 @@ class SharedMemoryLink:
     def _next_set(self) -> None:
         self._set ^= 1
 
-    def _chunks(self, flat: torch.Tensor, per_chunk: int) -> Iterator[tuple[int, torch.Tensor]]:
-        """``flat`` in chunks of ``per_chunk`` elements (where each starts, the chunk), each on the
-        next set of slots."""
-        for start in range(0, flat.numel(), per_chunk):
-            yield start, flat[start:start + per_chunk]
+    def _rows(self, part: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+        """Every rank's ``part`` (flat, one size on every rank), a chunk at a time: each rank
+        writes its chunk to its slot; after the barrier, (where the chunk starts, the slots as
+        ``(size, chunk)``)."""
+        per = SLOT_BYTES // part.element_size()
+        for start in range(0, part.numel(), per):
+            slots = self._slot_views(part.dtype)[:, :min(per, part.numel() - start)]
+            slots[self.rank].copy_(part[start:start + slots.shape[1]])
+            self._barrier()
+            yield start, slots
+            self._next_set()
+
+    def _from_root(self, root: int, length: int, dtype: torch.dtype,
+                   write: Callable[[int, torch.Tensor], None]) -> Iterator[tuple[int, torch.Tensor]]:
+        """``length`` elements from the root, a chunk at a time: the root calls ``write(start,
+        slots)``; after the barrier, (where the chunk starts, the slots as ``(size, chunk)``)."""
+        per = SLOT_BYTES // torch.empty((), dtype=dtype).element_size()
+        for start in range(0, length, per):
+            slots = self._slot_views(dtype)[:, :min(per, length - start)]
+            if self.rank == root:
+                write(start, slots)
+            self._barrier()
+            yield start, slots
+            self._next_set()
+
+    def _exchange(self, pieces: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+        """Every rank's ``pieces`` (``(size, m)``, piece r for rank r; one ``m`` on every rank), a
+        chunk at a time: after the barrier, (where the chunk starts, the slots as
+        ``(from rank, to rank, chunk)``)."""
+        per = SLOT_BYTES // pieces.element_size() // self.size
+        m = pieces.shape[1]
+        for start in range(0, m, per):
+            n = min(per, m - start)
+            slots = self._slot_views(pieces.dtype)[:, :self.size * n].view(self.size, self.size, n)
+            slots[self.rank].copy_(pieces[:, start:start + n])
+            self._barrier()
+            yield start, slots
             self._next_set()
 
     # -- collectives on dense host tensors
-    def agree(self, signature: list[int]) -> list[list[int]] | None:
-        """Every rank's ``signature`` when they differ, None when all are alike."""
-        if len(signature) >= SIGNATURE_INTS:
-            raise ValueError(f"a signature of {len(signature)} values does not fit the link's {SIGNATURE_INTS - 1}")
+    def exchange_values(self, values: list[int]) -> list[list[int]]:
+        """Every rank's ``values`` (fewer than :data:`SIGNATURE_INTS`), by rank."""
+        if len(values) >= SIGNATURE_INTS:
+            raise ValueError(f"a signature of {len(values)} values does not fit the link's {SIGNATURE_INTS - 1}")
         rows = self._signatures[self._set]
-        rows[self.rank, 0] = len(signature)
-        rows[self.rank, 1:1 + len(signature)] = torch.tensor(signature, dtype=torch.int64)
+        rows[self.rank, 0] = len(values)
+        rows[self.rank, 1:1 + len(values)] = torch.tensor(values, dtype=torch.int64)
         self._barrier()
         table = [row[1:1 + int(row[0])].tolist() for row in rows]
         self._next_set()
+        return table
+
+    def agree(self, signature: list[int]) -> list[list[int]] | None:
+        """Every rank's ``signature`` when they differ, None when all are alike."""
+        table = self.exchange_values(signature)
         return None if all(row == table[self.rank] for row in table) else table
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp.RedOpType) -> None:
         flat, reduce = tensor.view(-1), _REDUCE[op]
-        for _, chunk in self._chunks(flat, SLOT_BYTES // flat.element_size()):
-            slots = self._slot_views(flat.dtype)[:, :chunk.numel()]
-            slots[self.rank].copy_(chunk)
-            self._barrier()
+        for start, slots in self._rows(flat):
             # This rank reduces its share of the chunk into slot 0, which every rank then reads.
-            lo, hi = _share(chunk.numel(), self.rank, self.size)
+            lo, hi = _share(slots.shape[1], self.rank, self.size)
             mine = slots[0, lo:hi]
             for r in range(1, self.size):
                 reduce(mine, slots[r, lo:hi], out=mine)
             self._barrier()
-            chunk.copy_(slots[0])
+            flat[start:start + slots.shape[1]].copy_(slots[0])
 
-    def all_gather(self, output: torch.Tensor, input: torch.Tensor) -> None:
-        whole, part = output.view(self.size, -1), input.view(-1)
-        for start, chunk in self._chunks(part, SLOT_BYTES // part.element_size()):
-            slots = self._slot_views(part.dtype)[:, :chunk.numel()]
-            slots[self.rank].copy_(chunk)
-            self._barrier()
-            whole[:, start:start + chunk.numel()].copy_(slots)
+    def gather(self, output: torch.Tensor | None, input: torch.Tensor) -> None:
+        """Every rank's ``input`` into ``output`` (``size`` times as large) where it is given:
+        on every rank for an all-gather, on the root for a gather."""
+        whole = None if output is None else output.view(self.size, -1)
+        for start, slots in self._rows(input.view(-1)):
+            if whole is not None:
+                whole[:, start:start + slots.shape[1]].copy_(slots)
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: ReduceOp.RedOpType) -> None:
-        mine, pieces, reduce = output.view(-1), input.view(self.size, -1), _REDUCE[op]
-        for start, chunk in self._chunks(mine, SLOT_BYTES // mine.element_size() // self.size):
-            n = chunk.numel()
-            slots = self._slot_views(mine.dtype)[:, :self.size * n].view(self.size, self.size, n)
-            slots[self.rank].copy_(pieces[:, start:start + n])  # piece r of this rank's input to row r
-            self._barrier()
+        mine, reduce = output.view(-1), _REDUCE[op]
+        for start, slots in self._exchange(input.view(self.size, -1)):
+            chunk = mine[start:start + slots.shape[2]]
             chunk.copy_(slots[0, self.rank])
             for r in range(1, self.size):
                 reduce(chunk, slots[r, self.rank], out=chunk)
 
+    def all_to_all(self, output: torch.Tensor, input: torch.Tensor, output_splits: list[int],
+                   input_splits: list[int]) -> None:
+        """Piece r of every rank's flat ``input`` to rank r, in rank order; the splits count
+        elements. Every rank's splits are exchanged first, so sizes that do not match raise on
+        every rank (:data:`MAX_ALL_TO_ALL_RANKS` ranks at most)."""
+        table = self.exchange_values([*input_splits, *output_splits])
+        sends = [row[:self.size] for row in table]  # sends[j][r]: elements from rank j to rank r
+        wrong = [(j, r) for j in range(self.size) for r in range(self.size) if sends[j][r] != table[r][self.size + j]]
+        if wrong:
+            j, r = wrong[0]
+            raise ValueError(f"all_to_all: rank {j} sends {sends[j][r]} elements to rank {r}, which expects "
+                             f"{table[r][self.size + j]} (every rank's input splits: {sends})")
+        sent, received = _starts(input_splits), _starts(output_splits)
+        per = SLOT_BYTES // input.element_size() // self.size
+        for start in range(0, max(max(row) for row in sends), per):
+            slots = self._slot_views(input.dtype)[:, :self.size * per].view(self.size, self.size, per)
+            for r in range(self.size):
+                n = min(max(input_splits[r] - start, 0), per)
+                slots[self.rank, r, :n].copy_(input[sent[r] + start:sent[r] + start + n])
+            self._barrier()
+            for j in range(self.size):
+                n = min(max(sends[j][self.rank] - start, 0), per)
+                output[received[j] + start:received[j] + start + n].copy_(slots[j, self.rank, :n])
+            self._next_set()
+
     def broadcast(self, tensor: torch.Tensor, root: int) -> None:
         flat = tensor.view(-1)
-        for _, chunk in self._chunks(flat, SLOT_BYTES // flat.element_size()):
-            slot = self._slot_views(flat.dtype)[root, :chunk.numel()]
-            if self.rank == root:
-                slot.copy_(chunk)
-            self._barrier()
+
+        def write(start: int, slots: torch.Tensor) -> None:
+            slots[root].copy_(flat[start:start + slots.shape[1]])
+        for start, slots in self._from_root(root, flat.numel(), flat.dtype, write):
             if self.rank != root:
-                chunk.copy_(slot)
+                flat[start:start + slots.shape[1]].copy_(slots[root])
+
+    def scatter(self, output: torch.Tensor, input: torch.Tensor | None, root: int) -> None:
+        """Piece r of the root's ``input`` (``size`` times ``output``; None elsewhere) to rank r."""
+        mine = output.view(-1)
+
+        def write(start: int, slots: torch.Tensor) -> None:
+            slots.copy_(input.view(self.size, -1)[:, start:start + slots.shape[1]])
+        for start, slots in self._from_root(root, mine.numel(), mine.dtype, write):
+            mine[start:start + slots.shape[1]].copy_(slots[self.rank])
 
 
 def supports(op: ReduceOp.RedOpType, tensor: torch.Tensor) -> bool:
     """Whether the link reduces ``tensor`` with ``op`` (the bitwise ops need integers or bool)."""
     floating = tensor.dtype.is_floating_point
     return op in _REDUCE and not (floating and op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR))
+
+
+def _starts(lengths: list[int]) -> list[int]:
+    """Where each of consecutive pieces of ``lengths`` starts."""
+    return [sum(lengths[:i]) for i in range(len(lengths))]
 
 
 def _share(n: int, rank: int, size: int) -> tuple[int, int]:
