@@ -108,12 +108,13 @@ class _Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()  # the process the thread runs in (a forked child has none)
 
     def join(self, peers: Peers) -> None:
         peers.beat()
         with self._lock:
             self._groups.add(peers)
-            if self._thread is None or os.getpid() != self._pid:  # a forked child has no thread
+            if self._thread is None or os.getpid() != self._pid:
                 self._pid = os.getpid()
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="neuron-heartbeat", daemon=True)

@@ -93,18 +93,6 @@ class SharedMemoryLink:
     def _next_set(self) -> None:
         self._set ^= 1
 
-    def _rows(self, part: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
-        """Every rank's ``part`` (flat, one size on every rank), a chunk at a time: each rank
-        writes its chunk to its slot; after the barrier, (where the chunk starts, the slots as
-        ``(size, chunk)``)."""
-        per = SLOT_BYTES // part.element_size()
-        for start in range(0, part.numel(), per):
-            slots = self._slot_views(part.dtype)[:, :min(per, part.numel() - start)]
-            slots[self.rank].copy_(part[start:start + slots.shape[1]])
-            self._barrier()
-            yield start, slots
-            self._next_set()
-
     def _from_root(self, root: int, length: int, dtype: torch.dtype,
                    write: Callable[[int, torch.Tensor], None]) -> Iterator[tuple[int, torch.Tensor]]:
         """``length`` elements from the root, a chunk at a time: the root calls ``write(start,
@@ -119,14 +107,15 @@ class SharedMemoryLink:
             self._next_set()
 
     def _exchange(self, pieces: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
-        """Every rank's ``pieces`` (``(size, m)``, piece r for rank r; one ``m`` on every rank), a
-        chunk at a time: after the barrier, (where the chunk starts, the slots as
-        ``(from rank, to rank, chunk)``)."""
-        per = SLOT_BYTES // pieces.element_size() // self.size
-        m = pieces.shape[1]
+        """Every rank's ``pieces`` (``(k, m)``, one shape on every rank: a whole tensor as one
+        piece, or piece r for rank r), a chunk at a time: each rank writes its chunk of every
+        piece to its slot; after the barrier, (where the chunk starts, the slots as ``(from rank,
+        piece, chunk)``)."""
+        k, m = pieces.shape
+        per = SLOT_BYTES // pieces.element_size() // k
         for start in range(0, m, per):
             n = min(per, m - start)
-            slots = self._slot_views(pieces.dtype)[:, :self.size * n].view(self.size, self.size, n)
+            slots = self._slot_views(pieces.dtype)[:, :k * n].view(self.size, k, n)
             slots[self.rank].copy_(pieces[:, start:start + n])
             self._barrier()
             yield start, slots
@@ -152,8 +141,9 @@ class SharedMemoryLink:
 
     def all_reduce(self, tensor: torch.Tensor, op: ReduceOp.RedOpType) -> None:
         flat, reduce = tensor.view(-1), _REDUCE[op]
-        for start, slots in self._rows(flat):
+        for start, slots in self._exchange(flat.view(1, -1)):
             # This rank reduces its share of the chunk into slot 0, which every rank then reads.
+            slots = slots[:, 0]
             lo, hi = _share(slots.shape[1], self.rank, self.size)
             mine = slots[0, lo:hi]
             for r in range(1, self.size):
@@ -165,9 +155,9 @@ class SharedMemoryLink:
         """Every rank's ``input`` into ``output`` (``size`` times as large) where it is given:
         on every rank for an all-gather, on the root for a gather."""
         whole = None if output is None else output.view(self.size, -1)
-        for start, slots in self._rows(input.view(-1)):
+        for start, slots in self._exchange(input.view(1, -1)):
             if whole is not None:
-                whole[:, start:start + slots.shape[1]].copy_(slots)
+                whole[:, start:start + slots.shape[2]].copy_(slots[:, 0])
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: ReduceOp.RedOpType) -> None:
         mine, reduce = output.view(-1), _REDUCE[op]
