@@ -45,6 +45,10 @@ from . import distributed  # noqa: E402
 
 distributed.register()
 
+from .integrations import accelerate as _accelerate  # noqa: E402
+
+_accelerate.install()
+
 # Scripts written for the published backend call the device functions on torch_neuronx itself.
 from . import utils  # noqa: E402
 from .neuron import *  # noqa: E402,F401,F403

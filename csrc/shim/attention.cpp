@@ -32,6 +32,10 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (nested) return static_cast<int64_t>(at::SDPBackend::math);
   std::optional<at::Tensor> mask;
   if (attn_mask && attn_mask->defined()) mask = metadata_only(*attn_mask);
+  // Past any Python dispatch mode: under Dynamo's fake tensors the mode would be handed these
+  // plain CPU tensors and refuse them.
+  c10::impl::ExcludeDispatchKeyGuard no_python(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   return at::_fused_sdp_choice(metadata_only(query), metadata_only(key), metadata_only(value), mask, dropout_p,
                                is_causal, scale, enable_gqa);
 }

@@ -35,6 +35,20 @@ def test_inference_and_gradients_match_cpu_eager():
         torch.testing.assert_close(q.grad.cpu(), p.grad)
 
 
+def test_attention_with_a_mask_compiles_and_matches_cpu_eager():
+    """The kernel choice of scaled_dot_product_attention is asked of the CPU's dispatch stub with
+    metadata-only CPU tensors; under Dynamo's fake tensors that question must not reach the fake
+    mode (it refused them: a KV-cache decoding step with a boolean mask failed to compile)."""
+    def attend(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.25)
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, n, 16, generator=g) for n in (1, 27, 27))
+    mask = torch.rand(1, 1, 1, 27, generator=g) > 0.3
+    out = torch.compile(attend, backend="neuron")(*(t.to("neuron") for t in (q, k, v, mask)))
+    torch.testing.assert_close(out.cpu(), attend(q, k, v, mask))
+
+
 def test_compiled_graph_runs_as_one_kernel_without_host_copies():
     dev = mlp().to("neuron")
     compiled = torch.compile(dev, backend="neuron")

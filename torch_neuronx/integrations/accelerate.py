@@ -1,0 +1,112 @@
+"""What Accelerate's memory discovery lacks for the ``neuron`` device, supplied when it loads.
+
+``from_pretrained(..., device_map="auto")`` asks ``accelerate.utils.get_max_memory()`` which
+devices exist. Accelerate 1.15 asks one vendor module per device type (``torch.npu``,
+``torch.xpu``, ...) and otherwise ``torch.cuda``; it has no branch for ``torch.neuron`` (its
+other neuron branches, RNG state and ``dispatch_model``, exist), so every weight would land on
+the CPU without a word. The upstream change is one branch in ``get_max_memory``::
+
+    elif is_neuron_available():
+        for i in range(torch.neuron.device_count()):
+            max_memory[i] = torch.neuron.mem_get_info(i)[0]
+
+Until Accelerate has it, this module wraps ``get_max_memory`` as ``accelerate.utils.modeling``
+is imported (before ``accelerate.utils`` and Transformers bind the name) so that the devices
+come first, as GPUs do; integer device ids then mean ``neuron:i`` (``torch.device(0)`` is the
+current accelerator). ``TORCH_NEURONX_ACCELERATE_MEMORY=0`` leaves Accelerate untouched, and
+:func:`install` warns instead. Nothing of Accelerate's files is changed.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import warnings
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+MODULE = "accelerate.utils.modeling"
+ENV = "TORCH_NEURONX_ACCELERATE_MEMORY"
+
+
+def neuron_max_memory() -> dict[int, int]:
+    """Free memory of each neuron device, keyed by its index as Accelerate keys GPUs."""
+    return {i: torch.neuron.mem_get_info(i)[0] for i in range(torch.neuron.device_count())}
+
+
+def with_neuron_devices(get_max_memory: Callable[..., dict]) -> Callable[..., dict]:
+    """``get_max_memory`` that lists the neuron devices when it found no accelerator."""
+
+    @functools.wraps(get_max_memory)
+    def wrapped(max_memory: dict | None = None) -> dict:
+        found = get_max_memory(max_memory)
+        if max_memory is not None or any(isinstance(k, int) for k in found) or not torch.neuron.is_available():
+            return found
+        return {**neuron_max_memory(), **found}
+
+    wrapped.__torch_neuronx_wrapped__ = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+def warn_without_neuron_devices(get_max_memory: Callable[..., dict]) -> Callable[..., dict]:
+    """``get_max_memory`` unchanged, but saying so when it leaves the neuron devices out."""
+
+    @functools.wraps(get_max_memory)
+    def wrapped(max_memory: dict | None = None) -> dict:
+        found = get_max_memory(max_memory)
+        if max_memory is None and not any(isinstance(k, int) for k in found) and torch.neuron.is_available():
+            warnings.warn(
+                f"accelerate.utils.get_max_memory found no neuron device ({ENV}=0 turned off TorchNeuron's "
+                "addition), so device_map='auto' places every weight on the CPU; pass device_map='neuron' or "
+                "max_memory={0: ..., 'cpu': ...} instead", stacklevel=2)
+        return found
+
+    wrapped.__torch_neuronx_wrapped__ = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _patch(module: ModuleType) -> None:
+    if getattr(module.get_max_memory, "__torch_neuronx_wrapped__", False):
+        return
+    wrap = warn_without_neuron_devices if os.environ.get(ENV, "1") == "0" else with_neuron_devices
+    module.get_max_memory = wrap(module.get_max_memory)
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs Accelerate's own loader, then wraps the function in the fresh module."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        _patch(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def install() -> None:
+    """Wrap ``get_max_memory`` now if Accelerate is loaded, else when it is."""
+    if MODULE in sys.modules:
+        _patch(sys.modules[MODULE])
+        # Names bound before this ran keep the original; rebind the public one.
+        utils = sys.modules.get("accelerate.utils")
+        if utils is not None:
+            utils.get_max_memory = sys.modules[MODULE].get_max_memory
+    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
