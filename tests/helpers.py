@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -151,6 +152,13 @@ def check_grad_twice(fn, *cpu_args, atol=None, rtol=None, check_stride=True, see
 
 
 _OUR_VARS = ("NEURON_", "TORCH_NEURONX_")
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now (for a launcher's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_py(code: str, **env: str) -> subprocess.CompletedProcess:

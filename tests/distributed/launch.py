@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    # helpers is on the path of the pytest process only, not of the workers that import this module.
+    from helpers import free_port
+    return free_port()
 
 
 def _command(script: str, nproc: int, port: int, extra: tuple[str, ...], args: tuple[str, ...]) -> list[str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB, reset_accelerate_state, tiny_llama
+
+from local_hf import VOCAB, reset_accelerate_state, tiny_llama
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB
 
 import torch_neuronx
+from local_hf import VOCAB
 
 transformers = pytest.importorskip("transformers")
 

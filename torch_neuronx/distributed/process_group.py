@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -709,7 +710,18 @@ def _reduce_scatter_opts(op: Any, timeout: timedelta) -> dist.ReduceScatterOptio
     return opts
 
 
+def select_local_device() -> None:
+    """A process still on its default device takes ``neuron:<LOCAL_RANK>`` (modulo the devices it
+    sees) when its first group is made. Launchers that only read the current device rely on it:
+    Accelerate's multi-process state takes ``torch.neuron.current_device()`` as the rank's device
+    while its DDP wrapper uses ``device_ids=[local_rank]``. A device chosen before is kept."""
+    local, count = os.environ.get("LOCAL_RANK"), _C._device_count()
+    if local is not None and count and _C._current_device() == 0:
+        _C._set_device(int(local) % count)
+
+
 def create(options: Any, backend_options: Any) -> NeuronProcessGroup:
     """The backend's creator (``Backend.register_backend(..., extended_api=True)``)."""
+    select_local_device()
     return NeuronProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
                               options.group_id)
