@@ -328,6 +328,11 @@ std::pair<uint64_t, uint64_t> HardwareQueue::kernel_counts() const {
   return {kernels_on_worker_, kernels_on_host_};
 }
 
+size_t HardwareQueue::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_;
+}
+
 void HardwareQueue::notify() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -126,6 +126,8 @@ class HardwareQueue final : public StreamProgress {
 
   // Kernels executed so far: (by the worker, on launching threads).
   std::pair<uint64_t, uint64_t> kernel_counts() const;
+  // Kernels launched and not finished (queued or running).
+  size_t pending() const;
 
   // Re-raise (and clear) the earliest stored kernel error, if any.
   void raise_pending_error();

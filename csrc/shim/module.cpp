@@ -101,6 +101,13 @@ PYBIND11_MODULE(_C, m) {
         py::kw_only(), py::arg("wait"), py::arg("described") = "");
   m.def("_profiler_recording", [] { return profiler::recording(); });
   m.def("_kernel_counts", [](int device) { return core(device).queue.kernel_counts(); });
+  // What a live view shows of a core, without starting it: (executed by the worker, executed on
+  // launching threads, queued or running), or None for a core this process has not used.
+  m.def("_core_activity", [&rt](int device) -> py::object {
+    if (!rt.core_initialized(device)) return py::none();
+    const auto [worker, host] = core(device).queue.kernel_counts();
+    return py::make_tuple(worker, host, core(device).queue.pending());
+  });
   neuron_rt::set_idle_release(&release_worker_openmp_threads);
   // A full queue is waited on without the interpreter lock: the kernels it waits for may be
   // Python kernels (compiled graphs, kernel-language ops, collectives) that need it.

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .. import _C
-from ..runtime import current_topology as _topology
+from ..runtime import activity as _activity, current_topology as _topology
 from ..runtime.devices import device_index as _device_index
 from .memory import (
     empty_cache,
@@ -197,6 +197,8 @@ def _is_in_bad_fork() -> bool:
 def _lazy_init() -> None:
     # PyTorch calls this before the first operator on a neuron device: operator tracking starts
     # here so that it sees that operator too, and not earlier (programs that never use the
-    # device do not run its observer).
+    # device do not run its observer). The same holds for the thread that publishes the
+    # process's activity to neuron-ls/neuron-top.
     _check_not_forked()
     _C._start_op_tracking()
+    _activity.start(_topology().visible_cores)

@@ -235,6 +235,7 @@ void idle_core_runs_inline_and_busy_core_refuses() {
   CHECK(ran && q.kernel_counts().second == 1);
   Gate gate;
   launch(q, 0, gate.kernel());
+  CHECK(q.pending() == 1);
   CHECK(q.begin_inline(0, HostWork::kSerial) == 0);  // a kernel is queued: launch instead
   CHECK(q.begin_inline(0, HostWork::kNever) == 0);
   gate.release();
