@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from local_hf import VOCAB, tiny_llama
+from torch_neuronx.testing.tiny_hf import VOCAB, tiny_llama
 
 
 def batch(rank: int) -> torch.Tensor:

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from local_hf import reset_accelerate_state, tiny_llama, tokenizer
+from local_hf import reset_accelerate_state, tokenizer
+from torch_neuronx.testing.tiny_hf import tiny_llama
 
 
 @pytest.fixture(autouse=True)

@@ -12,14 +12,14 @@ import torch
 from accelerate_worker import batch
 
 from helpers import free_port
-from local_hf import tiny_llama
+from torch_neuronx.testing.tiny_hf import tiny_llama
 
 pytest.importorskip("accelerate")
 HERE = Path(__file__).resolve().parent
 
 
 def launch(tmp_path: Path, *options: str) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(HERE), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "accelerate.commands.launch", *options, "--main_process_port",
                str(free_port()), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                str(HERE / "accelerate_worker.py"), str(tmp_path)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_hf import VOCAB, reset_accelerate_state, tiny_llama
+from local_hf import reset_accelerate_state
+from torch_neuronx.testing.tiny_hf import VOCAB, tiny_llama
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")

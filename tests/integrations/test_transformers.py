@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from local_hf import VOCAB
+from torch_neuronx.testing.tiny_hf import VOCAB
 
 transformers = pytest.importorskip("transformers")
 

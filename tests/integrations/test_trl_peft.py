@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_hf import VOCAB, tiny_llama, tokenizer
+from local_hf import tokenizer
+from torch_neuronx.testing.tiny_hf import VOCAB, tiny_llama
 
 trl = pytest.importorskip("trl")
 peft = pytest.importorskip("peft")
