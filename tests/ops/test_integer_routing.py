@@ -61,3 +61,18 @@ def test_the_rest_of_moe_routing_on_integers():
     check_twice(lambda i: torch.sort(i, stable=True), ids)
     check_twice(lambda w: torch.topk(w.view(8, 8), k=2, dim=-1), weights)
     check_twice(lambda i: torch.nn.functional.one_hot(i, num_classes=8).permute(1, 0), ids)
+
+
+def test_integer_histc_compiles_and_counts_as_in_eager():
+    """A compiled MoE router counts expert ids with histc too (the executable calls the host's
+    kernel, which refuses integers: the lowering counts them as eager does)."""
+    def route(ids: torch.Tensor) -> torch.Tensor:
+        return torch.histc(ids, bins=8, min=0, max=7).cumsum(0)
+
+    torch._dynamo.reset()
+    try:
+        ids = expert_ids(dtype=torch.int32)
+        compiled = torch.compile(route, backend="neuron")(ids.to(DEVICE))
+    finally:
+        torch._dynamo.reset()
+    assert_same(torch.bincount(ids.long(), minlength=8).cumsum(0).to(torch.int64), compiled)

@@ -53,6 +53,14 @@ def _to_host_device(graph: fx.Graph) -> None:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
 
 
+def _histc_of_integers(input: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
+    """histc counts integers in their dtype on the device, as on CUDA (eager does the same in
+    csrc/shim/host_substitutes.cpp); the host's kernel, which the executable calls, refuses them."""
+    if input.dtype.is_floating_point:
+        return NotImplemented
+    return torch.ops.aten.histc.default(input.double(), bins, min, max).to(input.dtype)
+
+
 def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions: dict[Any, Any]
                    ) -> tuple[fx.GraphModule, list[Any]]:
     """The graph and example inputs retargeted to the host: CPU fake tensors of the same layout.
@@ -68,5 +76,6 @@ def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions
     with fake_mode:
         host_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
                        if isinstance(x, torch.Tensor) else x for x in example_inputs]
-        host_gm = make_fx(gm, decompositions, tracing_mode="real")(*host_inputs)
+        host_gm = make_fx(gm, {**decompositions, torch.ops.aten.histc.default: _histc_of_integers},
+                          tracing_mode="real")(*host_inputs)
     return host_gm, host_inputs
