@@ -49,6 +49,29 @@ def test_attention_with_a_mask_compiles_and_matches_cpu_eager():
     torch.testing.assert_close(out.cpu(), attend(q, k, v, mask))
 
 
+def test_a_tensor_made_in_forward_is_a_constant_of_the_executable():
+    """torch.tensor([...], device=x.device) in a forward becomes a real device tensor in the graph:
+    the cache key reads its bytes inside the fake mode, and the host trace needs it on the CPU
+    (both failed: CPM-Ant in the model sweep)."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.lin(x) * torch.tensor([float(i) for i in range(16)], device=x.device)
+
+    cpu, dev = Scaled(), Scaled().to("neuron")
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    out = torch.compile(dev, backend="neuron")(x.to("neuron"))
+    ref = cpu(x)
+    torch.testing.assert_close(out.cpu(), ref)
+    out.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(dev.lin.weight.grad.cpu(), cpu.lin.weight.grad)
+
+
 def test_compiled_graph_runs_as_one_kernel_without_host_copies():
     dev = mlp().to("neuron")
     compiled = torch.compile(dev, backend="neuron")

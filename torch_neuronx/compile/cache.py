@@ -122,6 +122,14 @@ def _spec(value: Any) -> str:
     return repr(value)
 
 
+def _constant_bytes(value: torch.Tensor) -> str:
+    # A constant is a real tensor (torch.tensor([...], device=x.device) in a forward), and the
+    # key is computed inside AOTAutograd's fake mode, which would refuse to read it.
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes().hex()
+
+
 def _graph_lines(gm: fx.GraphModule) -> Iterator[str]:
     """Every node with its target, arguments and result spec, including subgraphs (e.g. a
     FlexAttention score_mod) and the bytes of tensor constants."""
@@ -133,7 +141,7 @@ def _graph_lines(gm: fx.GraphModule) -> Iterator[str]:
             yield f"{node.op} {node.name} {node.target} {node.args} {node.kwargs} {_spec(node.meta.get('val'))}"
             value = functools.reduce(getattr, node.target.split("."), module) if node.op == "get_attr" else None
             if isinstance(value, torch.Tensor):
-                yield value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes().hex()
+                yield _constant_bytes(value)
 
 
 def key(gm: fx.GraphModule, *context: str) -> str:

@@ -6,6 +6,8 @@ metadata is re-derived for CPU tensors. Shapes must be static.
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -53,6 +55,31 @@ def _to_host_device(graph: fx.Graph) -> None:
             node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
 
 
+@contextlib.contextmanager
+def _constants_on_host(gm: fx.GraphModule) -> Iterator[None]:
+    """The graph's tensor constants (``torch.tensor([...], device=x.device)`` in a forward) are
+    real device tensors; while the graph is traced for the host they are CPU copies, which the
+    executable then keeps. The graph itself gets its own back (an eager fallback runs it)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    moved = []
+    with unset_fake_temporarily():
+        for module in gm.modules():
+            if not isinstance(module, fx.GraphModule):
+                continue
+            for node in module.graph.nodes:
+                owner_path, _, name = node.target.rpartition(".") if node.op == "get_attr" else ("", "", "")
+                owner = module.get_submodule(owner_path) if name else None
+                value = getattr(owner, name, None) if name else None
+                if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+                    moved.append((owner, name, value))
+                    setattr(owner, name, value.cpu())
+    try:
+        yield
+    finally:
+        for owner, name, value in moved:
+            setattr(owner, name, value)
+
+
 def _histc_of_integers(input: torch.Tensor, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
     """histc counts integers in their dtype on the device, as on CUDA (eager does the same in
     csrc/shim/host_substitutes.cpp); the host's kernel, which the executable calls, refuses them."""
@@ -73,7 +100,7 @@ def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions
     decompose_to_dense(gm)
     gm.recompile()
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
-    with fake_mode:
+    with _constants_on_host(gm), fake_mode:
         host_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
                        if isinstance(x, torch.Tensor) else x for x in example_inputs]
         host_gm = make_fx(gm, {**decompositions, torch.ops.aten.histc.default: _histc_of_integers},
