@@ -76,3 +76,29 @@ def test_static_cache_generate_compiles_once_and_gives_the_cpu_tokens(llama_dir)
     assert metrics["graphs"] >= 1 and metrics["recompilations"] == 0
     model.generate(prompt().flip(1).to("neuron"), **options)  # other tokens, same cache shape
     assert torch_neuronx.get_dynamo_metrics()["graphs"] == metrics["graphs"]
+
+
+@pytest.mark.slow  # a minute of compiling
+def test_compiled_mamba_trains_as_the_cpu(monkeypatch):
+    """Falcon-Mamba's selective scan saves activations that Inductor lays out otherwise than the
+    graph says; the backward (compiled lazily when the cache is off) used Inductor's layouts and
+    failed at lowering (a view of them was impossible). Forward and gradients against the CPU."""
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")  # the backward compiles when it runs
+    config = transformers.FalconMambaConfig(vocab_size=VOCAB, hidden_size=32, state_size=8, num_hidden_layers=2,
+                                            expand=2, conv_kernel=4, time_step_rank=4, use_mambapy=False)
+    torch.manual_seed(0)
+    cpu = transformers.FalconMambaForCausalLM(config)
+    device = transformers.FalconMambaForCausalLM(config).to("neuron")
+    device.load_state_dict(cpu.state_dict())
+    ids = prompt()
+    torch._dynamo.reset()
+    try:
+        loss = torch.compile(device, backend="neuron")(input_ids=ids.to("neuron"), labels=ids.to("neuron")).loss
+        loss.backward()
+    finally:
+        torch._dynamo.reset()
+    expected = cpu(input_ids=ids, labels=ids).loss
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected, rtol=1e-4, atol=1e-5)
+    for (name, p), (_, q) in zip(device.named_parameters(), cpu.named_parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-3, atol=1e-5, msg=name)

@@ -74,10 +74,21 @@ def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
         # memory for results.
         compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []),
                                     is_backward=kind == "backward", is_inference=kind == "inference")
+        # Inductor reported the layouts its code gives the outputs, for AOTAutograd to compile the
+        # backward against; the executable gives them the graph's layouts instead (Executable's
+        # first call), so AOTAutograd must keep the graph's (a saved activation laid out
+        # otherwise made the backward's views impossible).
+        _forget_output_strides()
     metrics.count("executables_compiled")
     source = device_source(compiled.source_code)
     artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", source)
     return None if compiled.constants else source, load_module(source, compiled.constants), seeds
+
+
+def _forget_output_strides() -> None:
+    context = torch._guards.TracingContext.try_get()
+    if context is not None and context.output_strides is not None:
+        context.output_strides.clear()
 
 
 def _region(graph_id: int) -> str:
