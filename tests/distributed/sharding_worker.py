@@ -57,6 +57,37 @@ def dtensor_shard_and_redistribute() -> None:
 
 
 @check
+def dtensor_random_ops_are_deterministic_disjoint_and_leave_the_stream() -> None:
+    """DTensor draws each shard at its own offset of one (seed, offset) counter (the neuron
+    generator's state is the CPU's mt19937 one; distributed/rng_tracker.py keeps the counter):
+    the same seed gives the same shards, the shards differ from each other, a replicated
+    tensor is the same on every rank, and the ordinary stream continues as on the CPU."""
+    world = dist.get_world_size()
+    mesh = init_device_mesh("neuron", (world,))
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        torch.manual_seed(5)
+        sharded = distribute_tensor(torch.empty(4 * world, 8, device="neuron"), mesh, [Shard(0)])
+        sharded.normal_()
+        replicated = distribute_tensor(torch.empty(6, device="neuron"), mesh, [Replicate()])
+        replicated.uniform_()
+        return sharded.full_tensor().cpu(), replicated.to_local().cpu(), torch.randn(5, device="neuron").cpu()
+
+    full, replicated, after = draw()
+    again = draw()
+    for first, second in zip((full, replicated, after), again):
+        torch.testing.assert_close(first, second, rtol=0, atol=0)
+    shards = full.chunk(world)
+    assert all(not torch.equal(shards[0], other) for other in shards[1:]), "two ranks drew the same shard"
+    assert full.std() > 0.5  # normal draws, not zeros
+    everyone = [torch.empty_like(replicated) for _ in range(world)]
+    dist.all_gather_object(everyone, replicated)
+    assert all(torch.equal(everyone[0], r) for r in everyone)
+    torch.manual_seed(5)
+    torch.testing.assert_close(after, torch.randn(5), rtol=0, atol=0)  # the CPU's stream, untouched
+
+
+@check
 def tensor_parallel_mlp_matches_cpu() -> None:
     mesh = init_device_mesh("neuron", (dist.get_world_size(),))
     model, reference = pair()

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from .. import _C
+from . import rng_tracker
 from .eager_frames import never_traced
 from .peers import Peers
 from .shared_memory import MAX_ALL_TO_ALL_RANKS, SharedMemoryLink, supports
@@ -723,5 +724,6 @@ def select_local_device() -> None:
 def create(options: Any, backend_options: Any) -> NeuronProcessGroup:
     """The backend's creator (``Backend.register_backend(..., extended_api=True)``)."""
     select_local_device()
+    rng_tracker.install()
     return NeuronProcessGroup(options.store, options.group_rank, options.group_size, options.timeout,
                               options.group_id)
