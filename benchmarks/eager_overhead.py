@@ -110,11 +110,6 @@ def measure_cpu_apart(*args: int) -> tuple[dict[str, float], float]:
         return pool.submit(measure, "cpu", *args).result()
 
 
-def verdict(ratio: float, target: float) -> str:
-    """Whether ``ratio`` is within ``target``."""
-    return "meets target" if ratio <= target else "MISSES target"
-
-
 def main() -> None:
     parser = results.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
@@ -133,14 +128,14 @@ def main() -> None:
         [[name, f"{t * 1e6:.1f}", f"{cpu_ops[name] * 1e6:.1f}", f"{ratios[name]:.2f}x"]
          for name, t in device_ops.items()]
         + [["**geometric mean**", "", "", f"{geomean:.2f}x"],
-           [f"**worst** (target ≤ {SMALL_OP_TARGET:g}x: {verdict(ratios[worst], SMALL_OP_TARGET)})",
+           [f"**worst** (target ≤ {SMALL_OP_TARGET:g}x: {results.verdict(ratios[worst], SMALL_OP_TARGET)})",
             "", "", f"{ratios[worst]:.2f}x ({worst})"]])
     step = results.Table(
         f"(b) TinyGPT training step (forward, backward, AdamW; batch 8 x 64): median of {train_steps} "
         f"steps after {warmup_steps} warm-up",
         ["neuron ms", "cpu ms", "neuron/cpu", f"target ≤ {TRAIN_STEP_TARGET:g}x"],
         [[f"{t_dev_step * 1e3:.2f}", f"{t_cpu_step * 1e3:.2f}", f"{step_ratio:.2f}x",
-          verdict(step_ratio, TRAIN_STEP_TARGET)]])
+          results.verdict(step_ratio, TRAIN_STEP_TARGET)]])
     print(results.render([ops, step]))
     results.publish(__file__, [ops, step], {
         "small_op_geomean": f"{geomean:.2f}x", "small_op_worst": f"{ratios[worst]:.2f}x ({worst})",

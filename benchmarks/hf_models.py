@@ -96,10 +96,6 @@ def first_compiled_step(cache: str) -> float:
     return float(done.stdout.split()[-1])
 
 
-def verdict(value: float, target: float) -> str:
-    return "meets target" if value <= target else "MISSES target"
-
-
 def main() -> None:
     parser = results.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke test)")
@@ -115,13 +111,13 @@ def main() -> None:
         f"(a, b) Tiny Llama eager, one intra-op thread: median of {repeats} after {warmup} warm-up",
         ["workload", "neuron ms", "cpu ms", "neuron/cpu", f"target ≤ {EAGER_TARGET:g}x"],
         [["forward + backward (2 x 32 tokens)", f"{dev_step * 1e3:.2f}", f"{cpu_step * 1e3:.2f}",
-          f"{step_ratio:.2f}x", verdict(step_ratio, EAGER_TARGET)],
+          f"{step_ratio:.2f}x", results.verdict(step_ratio, EAGER_TARGET)],
          ["generate 20 tokens (greedy)", f"{dev_generate * 1e3:.1f}", f"{cpu_generate * 1e3:.1f}",
-          f"{generate_ratio:.2f}x", verdict(generate_ratio, EAGER_TARGET)]])
+          f"{generate_ratio:.2f}x", results.verdict(generate_ratio, EAGER_TARGET)]])
     compile_table = results.Table(
         "(c) First compiled forward + backward of the tiny Llama (backend=\"neuron\"), in a new process",
         ["compile cache", "seconds", f"target (cold) < {COLD_COMPILE_TARGET_S:g} s"],
-        [["empty (cold)", f"{cold:.1f}", verdict(cold, COLD_COMPILE_TARGET_S)],
+        [["empty (cold)", f"{cold:.1f}", results.verdict(cold, COLD_COMPILE_TARGET_S)],
          ["filled by the cold run (warm)", f"{warm:.1f}", ""]])
     print(results.render([eager_table, compile_table]))
     results.publish(__file__, [eager_table, compile_table], {

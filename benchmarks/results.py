@@ -46,6 +46,11 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return p
 
 
+def verdict(value: float, target: float) -> str:
+    """Whether a measured ratio or time is within its target (at most ``target``)."""
+    return "meets target" if value <= target else "MISSES target"
+
+
 def render(tables: list[Table]) -> str:
     """The tables as Markdown (also what the scripts print)."""
     lines = []
