@@ -288,3 +288,10 @@ def test_full_causal_lm_sweep_completes_and_writes_the_report(tmp_path):
     rows = results.read_table(out)
     assert len(rows) == len(models.default_models(["causal-lm"]))
     assert all(os.path.exists(os.path.join(out, n)) for n in ("summary.md", "summary.png", "results.csv"))
+    # The figure: at least 99% of the architectures that pass on the CPU pass on neuron
+    # with the CPU's numerics (the compile figure is reported in docs/model-coverage.md).
+    on_cpu = [r for r in rows if r["cpu_pass"]]
+    assert len(on_cpu) > 100
+    matching = [r for r in on_cpu if r["neuron_pass"] and r["parity_ok"]]
+    failing = sorted({r["model_type"] for r in on_cpu} - {r["model_type"] for r in matching})
+    assert len(matching) >= 0.99 * len(on_cpu), failing
