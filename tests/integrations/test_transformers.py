@@ -16,9 +16,19 @@ def prompt():
 
 
 def test_from_pretrained_device_map_neuron_loads_every_weight_to_the_device(llama_dir):
+    """Transformers builds the model on the meta device and moves each tensor from the mapped
+    file to the device as it reads it: the device holds the weights once (no staging copy)."""
+    torch.neuron.synchronize()
+    torch.neuron.empty_cache()
+    torch.neuron.reset_peak_memory_stats()
+    before = torch.neuron.memory_allocated()
     model = transformers.AutoModelForCausalLM.from_pretrained(llama_dir, device_map="neuron")
     cpu = transformers.AutoModelForCausalLM.from_pretrained(llama_dir)
     assert {p.device for p in model.parameters()} == {torch.device("neuron", 0)}
+    weights = sum(t.untyped_storage().nbytes() for t in {id(t): t for t in model.state_dict().values()}.values())
+    held = torch.neuron.memory_allocated() - before
+    assert weights <= held < weights + 64 * 1024  # allocator rounding and the rotary buffers only
+    assert torch.neuron.max_memory_allocated() - before < 2 * weights
     for (name, p), (_, q) in zip(model.state_dict().items(), cpu.state_dict().items()):
         torch.testing.assert_close(p.cpu(), q, rtol=0, atol=0, msg=name)
 
