@@ -284,13 +284,24 @@ def run_child(spec: models.ModelSpec, path: str, seed: int, dtype: str, compile_
     if not built:
         return
     cpu, model, inputs = models_and_inputs
-    row["cpu_pass"], reference = child.stage("cpu", lambda: train_step(cpu, inputs, optimizer=True))
+    # Both runs start from the same generator state, so that a model that draws random numbers in
+    # training (PhiMoE's sampling router) draws the same ones: the neuron generator is the CPU's
+    # mt19937 stream.
+    def on_cpu() -> dict[str, Any]:
+        torch.manual_seed(seed)
+        return train_step(cpu, inputs, optimizer=True)
+
+    def forward() -> tuple[Any, Any]:
+        torch.manual_seed(seed)
+        return loss_and_logits(model(**device_inputs))
+
+    row["cpu_pass"], reference = child.stage("cpu", on_cpu)
     torch_neuronx.clear_op_tracking()
     torch.neuron.reset_peak_memory_stats()
     if child.stage("move", lambda: model.to(DEVICE))[0]:
         device_inputs = {k: v.to(DEVICE) for k, v in inputs.items()}
         got: dict[str, Any] = {}
-        ok, output = child.stage("forward", lambda: loss_and_logits(model(**device_inputs)))
+        ok, output = child.stage("forward", forward)
         if ok:
             got.update(loss=_on_cpu([("loss", output[0])]), logits=_on_cpu([("logits", output[1])]))
             ok, _ = child.stage("backward", lambda: output[0].backward())
