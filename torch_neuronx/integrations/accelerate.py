@@ -38,31 +38,21 @@ def neuron_max_memory() -> dict[int, int]:
     return {i: torch.neuron.mem_get_info(i)[0] for i in range(torch.neuron.device_count())}
 
 
-def with_neuron_devices(get_max_memory: Callable[..., dict]) -> Callable[..., dict]:
-    """``get_max_memory`` that lists the neuron devices when it found no accelerator."""
+def with_neuron_devices(get_max_memory: Callable[..., dict], add: bool) -> Callable[..., dict]:
+    """``get_max_memory`` that, when asked which devices exist and finding no accelerator while
+    neuron cores are available, lists the cores first (``add``) or warns that it left them out."""
 
     @functools.wraps(get_max_memory)
     def wrapped(max_memory: dict | None = None) -> dict:
         found = get_max_memory(max_memory)
         if max_memory is not None or any(isinstance(k, int) for k in found) or not torch.neuron.is_available():
             return found
-        return {**neuron_max_memory(), **found}
-
-    wrapped.__torch_neuronx_wrapped__ = True  # type: ignore[attr-defined]
-    return wrapped
-
-
-def warn_without_neuron_devices(get_max_memory: Callable[..., dict]) -> Callable[..., dict]:
-    """``get_max_memory`` unchanged, but saying so when it leaves the neuron devices out."""
-
-    @functools.wraps(get_max_memory)
-    def wrapped(max_memory: dict | None = None) -> dict:
-        found = get_max_memory(max_memory)
-        if max_memory is None and not any(isinstance(k, int) for k in found) and torch.neuron.is_available():
-            warnings.warn(
-                f"accelerate.utils.get_max_memory found no neuron device ({ENV}=0 turned off TorchNeuron's "
-                "addition), so device_map='auto' places every weight on the CPU; pass device_map='neuron' or "
-                "max_memory={0: ..., 'cpu': ...} instead", stacklevel=2)
+        if add:
+            return {**neuron_max_memory(), **found}
+        warnings.warn(
+            f"accelerate.utils.get_max_memory found no neuron device ({ENV}=0 turned off TorchNeuron's "
+            "addition), so device_map='auto' places every weight on the CPU; pass device_map='neuron' or "
+            "max_memory={0: ..., 'cpu': ...} instead", stacklevel=2)
         return found
 
     wrapped.__torch_neuronx_wrapped__ = True  # type: ignore[attr-defined]
@@ -72,8 +62,7 @@ def warn_without_neuron_devices(get_max_memory: Callable[..., dict]) -> Callable
 def _patch(module: ModuleType) -> None:
     if getattr(module.get_max_memory, "__torch_neuronx_wrapped__", False):
         return
-    wrap = warn_without_neuron_devices if os.environ.get(ENV, "1") == "0" else with_neuron_devices
-    module.get_max_memory = wrap(module.get_max_memory)
+    module.get_max_memory = with_neuron_devices(module.get_max_memory, add=os.environ.get(ENV, "1") != "0")
 
 
 class _Loader(importlib.abc.Loader):
