@@ -23,8 +23,8 @@ from typing import Any, Callable
 import numpy as np
 
 import nki
-import nki.isa as nisa
 import nki.language as nl
+import nki.legacy.isa as nisa  # the return-a-tile spelling
 import results
 from nki.simulator import RunReport, run
 from nki.simulator.cost_model import DMA, ENGINES, TENSOR, TRN2, VECTOR

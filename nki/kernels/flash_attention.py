@@ -11,6 +11,13 @@ import nki.isa as nisa
 import nki.language as nl
 
 
+def _transposed(x: Any, dtype: Any) -> Any:
+    """x [P, F] (SBUF) transposed on TensorE and copied back to SBUF as [F, P] in `dtype`."""
+    t = nl.ndarray((x.shape[1], x.shape[0]), x.dtype, buffer=nl.psum)
+    nisa.nc_transpose(t, x)
+    return nl.copy(t, dtype=dtype)
+
+
 @nki.jit
 def flash_attention_fwd(q: Any, k: Any, v: Any, softmax_scale: float | None = None) -> Any:
     S, d = q.shape
@@ -22,24 +29,35 @@ def flash_attention_fwd(q: Any, k: Any, v: Any, softmax_scale: float | None = No
     i_k = nl.arange(B)[None, :]
 
     for qi in nl.affine_range(S // B):
-        q_t = nl.copy(nisa.nc_transpose(nl.load(q[nl.ds(qi * B, B), :])), dtype=q.dtype)  # [d, Bq]
+        q_t = _transposed(nl.load(q[nl.ds(qi * B, B), :]), q.dtype)               # [d, Bq]
         row_max = nl.full((B, 1), -np.inf, nl.float32)
         row_sum = nl.zeros((B, 1), nl.float32)
         acc = nl.zeros((B, d), nl.float32)
         for kj in nl.sequential_range(qi + 1):      # causal: key tiles up to the diagonal
-            k_t = nl.copy(nisa.nc_transpose(nl.load(k[nl.ds(kj * B, B), :])), dtype=k.dtype)
+            k_t = _transposed(nl.load(k[nl.ds(kj * B, B), :]), k.dtype)
             v_tile = nl.load(v[nl.ds(kj * B, B), :])
-            scores = nisa.tensor_scalar(nisa.nc_matmul(q_t, k_t), nl.multiply, scale,
-                                        dtype=nl.float32)                        # [Bq, Bk]
+            qk = nl.ndarray((B, B), nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(qk, q_t, k_t)
+            scores = nl.ndarray((B, B), nl.float32)
+            nisa.tensor_scalar(scores, qk, nl.multiply, scale)                     # [Bq, Bk]
             if kj == qi:
                 scores = nl.where(i_q >= i_k, scores, -np.inf)
             new_max = nl.maximum(row_max, nl.max(scores, axis=1, keepdims=True))
-            p = nisa.activation(nl.exp, scores, bias=nl.negative(new_max))
-            alpha = nisa.activation(nl.exp, row_max, bias=nl.negative(new_max))
-            row_sum = row_sum * alpha + nl.sum(p, axis=1, keepdims=True)
-            p_t = nl.copy(nisa.nc_transpose(nl.copy(p, dtype=v.dtype)), dtype=v.dtype)  # [Bk, Bq]
-            acc = nisa.tensor_scalar(acc, nl.multiply, alpha) + nisa.nc_matmul(p_t, v_tile)
+            neg_max = nl.negative(new_max)
+            p = nl.ndarray((B, B), nl.float32)
+            p_sum = nl.ndarray((B, 1), nl.float32)
+            nisa.activation(p, nl.exp, scores, bias=neg_max, reduce_op=nl.add, reduce_res=p_sum,
+                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
+            alpha = nl.ndarray((B, 1), nl.float32)
+            nisa.activation(alpha, nl.exp, row_max, bias=neg_max)
+            row_sum = row_sum * alpha + p_sum
+            p_t = _transposed(nl.copy(p, dtype=v.dtype), v.dtype)                  # [Bk, Bq]
+            pv = nl.ndarray((B, d), nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(pv, p_t, v_tile)
+            nisa.tensor_scalar(acc, acc, nl.multiply, alpha)
+            acc = acc + pv
             row_max = new_max
-        nl.store(out[nl.ds(qi * B, B), :], value=nisa.tensor_scalar(acc, nl.divide, row_sum,
-                                                                     dtype=q.dtype))
+        o = nl.ndarray((B, d), q.dtype)
+        nisa.tensor_scalar(o, acc, nl.divide, row_sum)
+        nl.store(out[nl.ds(qi * B, B), :], value=o)
     return out

@@ -26,13 +26,15 @@ def matmul(a: Any, b: Any) -> Any:
         for k in nl.affine_range((K + TK - 1) // TK):
             k0, ksz = k * TK, min(TK, K - k * TK)
             a_tile = nl.load(a[nl.ds(m0, msz), nl.ds(k0, ksz)])
-            a_t.append(nl.copy(nisa.nc_transpose(a_tile), dtype=a.dtype))
+            a_t_psum = nl.ndarray((ksz, msz), a.dtype, buffer=nl.psum)
+            nisa.nc_transpose(a_t_psum, a_tile)
+            a_t.append(nl.copy(a_t_psum, dtype=a.dtype))
         for n in nl.affine_range((N + TN - 1) // TN):
             n0, nsz = n * TN, min(TN, N - n * TN)
-            acc = nl.zeros((msz, nsz), nl.float32, buffer=nl.psum)
+            acc = nl.ndarray((msz, nsz), nl.float32, buffer=nl.psum)
             for k in nl.sequential_range(len(a_t)):
                 k0, ksz = k * TK, min(TK, K - k * TK)
                 b_tile = nl.load(b[nl.ds(k0, ksz), nl.ds(n0, nsz)])
-                acc += nisa.nc_matmul(a_t[k], b_tile)
+                nisa.nc_matmul(acc, a_t[k], b_tile, accumulate=k > 0)
             nl.store(out[nl.ds(m0, msz), nl.ds(n0, nsz)], value=nl.copy(acc, dtype=a.dtype))
     return out

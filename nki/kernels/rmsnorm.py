@@ -19,7 +19,9 @@ def rmsnorm(x: Any, weight: Any, eps: float = 1e-6) -> Any:
         r0, rsz = r * P, min(P, R - r * P)
         t = nl.load(x[nl.ds(r0, rsz), :])
         mean_sq = nl.mean(nl.square(t, dtype=nl.float32), axis=1, keepdims=True)
-        inv_rms = nisa.activation(nl.rsqrt, mean_sq, bias=eps)           # 1/sqrt(ms + eps)
-        y = nisa.tensor_scalar(t, nl.multiply, inv_rms, dtype=nl.float32)
+        inv_rms = nl.ndarray((rsz, 1), nl.float32)
+        nisa.activation(inv_rms, nl.rsqrt, mean_sq, bias=eps)            # 1/sqrt(ms + eps)
+        y = nl.ndarray((rsz, D), nl.float32)
+        nisa.tensor_scalar(y, t, nl.multiply, inv_rms)
         nl.store(out[nl.ds(r0, rsz), :], value=nl.multiply(y, w[0:rsz, :], dtype=x.dtype))
     return out

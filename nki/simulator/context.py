@@ -26,6 +26,8 @@ class RunContext:
         self.report = RunReport(kernel_name, grid, config)
         self.sbuf_bytes = 0
         self.psum_banks = 0
+        self.registers: dict[str, Any] = {}  # engine -> per-partition reduction registers
+        self.loop_reductions: dict[str, Any] = {}  # kernel line -> running nl.loop_reduce result
         # shared_hbm tensors are shared by all SPMD programs: the n-th allocation of every
         # program returns the same tensor.
         self._shared_hbm: list[Any] = []

@@ -41,9 +41,17 @@ def _value(x: Any, what: str) -> tuple[Any, np.dtype | None]:
     raise NKIError("operand", f"{what}: unsupported operand {type(x).__name__}")
 
 
+def align_partitions(values: list[Any]) -> list[Any]:
+    """Tiles broadcast aligned on the partition axis (axis 0), not on the last axis as in NumPy:
+    a [P] reduction result combines with a [P, F] tile as [P, 1]."""
+    ndim = max((np.ndim(v) for v in values), default=0)
+    return [v.reshape(v.shape + (1,) * (ndim - v.ndim)) if isinstance(v, np.ndarray) and 0 < v.ndim < ndim
+            else v for v in values]
+
+
 def _compute(fn: Callable[..., Any], values: list[Any], as_float: bool) -> np.ndarray:
     conv = []
-    for v in values:
+    for v in align_partitions(values):
         if isinstance(v, np.ndarray):
             if as_float:
                 v = v.astype(np.float32, copy=False)
@@ -77,6 +85,49 @@ def new_tile(values: np.ndarray, dtype: np.dtype, buffer: str = "sbuf", name: st
     return tile
 
 
+def fit(values: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """`values` shaped as a destination of `shape`: equal, partition-aligned broadcast, or the same
+    elements per partition in another free layout ([P, 1] into [P] and back)."""
+    values = np.asarray(values)
+    if values.shape == tuple(shape):
+        return values
+    if values.ndim < len(shape):
+        values = values.reshape(values.shape + (1,) * (len(shape) - values.ndim))
+    try:
+        return np.broadcast_to(values, shape)
+    except ValueError:
+        pass
+    if values.ndim and len(shape) and values.shape[0] == shape[0] and values.size == math.prod(shape):
+        return values.reshape(shape)
+    raise NKIError("dst-shape", f"{what}: result of shape {values.shape} does not fit destination of shape "
+                   f"{tuple(shape)}")
+
+
+def destination(dst: Any, what: str, buffers: tuple[str, ...] = ("sbuf", "psum")) -> Tile:
+    """The on-chip tile an instruction writes (its `dst` argument)."""
+    if isinstance(dst, AccessPattern) or (isinstance(dst, Tile) and dst.is_hbm):
+        raise NKIError("dst-buffer", f"{what} writes on-chip tiles; got HBM tensor "
+                       f"'{(dst.tensor if isinstance(dst, AccessPattern) else dst).name}' (compute into an "
+                       f"SBUF tile, then nisa.dma_copy it to HBM)")
+    if not isinstance(dst, Tile):
+        raise NKIError("dst", f"{what}: dst must be a tile (nl.ndarray(..., buffer=nl.sbuf)), got "
+                       f"{type(dst).__name__}")
+    if dst.buffer not in buffers:
+        raise NKIError("dst-buffer", f"{what} writes {' or '.join(b.upper() for b in buffers)} tiles; dst is a "
+                       f"{dst.buffer.upper()} tile")
+    return dst
+
+
+def emit(values: np.ndarray, dtype: np.dtype, dst: Any, what: str, buffer: str = "sbuf") -> Tile:
+    """Deliver an instruction's result: into `dst` (rounded to its dtype), or a new `buffer` tile
+    when the instruction was called in the return-a-tile form."""
+    if dst is None:
+        return new_tile(values, dtype, buffer)
+    target = destination(dst, what)
+    target.write(Ellipsis, _round(fit(values, target.shape, what), target.dtype, current().fp32_compute))
+    return target
+
+
 def _record_lanes(engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
                   ops_per_element: float = 1.0, tile_inputs: int = 1) -> None:
     ctx = current()
@@ -96,13 +147,13 @@ def _broadcast_error(what: str, exc: Exception) -> NKIError:
 
 
 # ----------------------------------------------------------------------------- elementwise
-def unary(name: str, x: Any, dtype: Any = None, engine: str | None = None) -> Tile:
+def unary(name: str, x: Any, dtype: Any = None, engine: str | None = None, dst: Any = None) -> Tile:
     fn, default_engine = require(name, UNARY, "elementwise")
     value, xdt = _value(x, name)
     out_dtype = _out_dtype(dtype, [xdt])
     as_float = name not in INTEGER_CLOSED or is_float(out_dtype) or (xdt is not None and is_float(xdt))
     out = _compute(fn, [value], as_float)
-    tile = new_tile(out, out_dtype)
+    tile = emit(out, out_dtype, dst, name)
     eng = engine or default_engine
     opcode = "activation" if eng == cm.SCALAR else "tensor_scalar"
     _record_lanes(eng, f"{opcode}[{name}]", out.shape, out_dtype)
@@ -123,12 +174,12 @@ def _elementwise(name: str, operands: list[Any], dtype: Any) -> tuple[np.ndarray
     return out, out_dtype
 
 
-def binary(name: str, a: Any, b: Any, dtype: Any = None) -> Tile:
+def binary(name: str, a: Any, b: Any, dtype: Any = None, dst: Any = None, engine: str = cm.VECTOR) -> Tile:
     out, out_dtype = _elementwise(name, [a, b], dtype)
-    tile = new_tile(out, out_dtype)
+    tile = emit(out, out_dtype, dst, name)
     both_tiles = isinstance(a, Tile) and isinstance(b, Tile)
     opcode = "tensor_tensor" if both_tiles else "tensor_scalar"
-    _record_lanes(cm.VECTOR, f"{opcode}[{name}]", out.shape, out_dtype, tile_inputs=2 if both_tiles else 1)
+    _record_lanes(engine, f"{opcode}[{name}]", out.shape, tile.dtype, tile_inputs=2 if both_tiles else 1)
     return tile
 
 
@@ -167,7 +218,8 @@ def assign(tile: Tile, key: Any, value: Any) -> None:
     _record_lanes(cm.VECTOR, "tensor_copy", index.shape, tile.dtype)
 
 
-def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, dtype: Any = None) -> Tile:
+def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, dtype: Any = None,
+               dst: Any = None) -> Tile:
     """ScalarE: op(data * scale + bias); bias/scale are scalars or [P, 1] tiles."""
     name = op_name(op)
     fn, _ = require(name, UNARY, "activation")
@@ -179,13 +231,14 @@ def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, dtype: An
         out = _compute(lambda x, s, b: fn(x * s + b), [value, scale_v, bias_v], True)
     except ValueError as exc:
         raise _broadcast_error("activation", exc) from None
-    tile = new_tile(out, out_dtype)
-    _record_lanes(cm.SCALAR, f"activation[{name}]", out.shape, out_dtype)
+    tile = emit(out, out_dtype, dst, "activation")
+    _record_lanes(cm.SCALAR, f"activation[{name}]", out.shape, tile.dtype)
     return tile
 
 
 def tensor_scalar(data: Any, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
-                  operand1: Any = None, reverse1: bool = False, dtype: Any = None) -> Tile:
+                  operand1: Any = None, reverse1: bool = False, dtype: Any = None, dst: Any = None,
+                  engine: str = cm.VECTOR) -> Tile:
     """VectorE: (data op0 operand0) op1 operand1, operands are scalars or [P, 1] tiles."""
     steps = [(op_name(op0), operand0, reverse0)]
     if op1 is not None:
@@ -200,16 +253,16 @@ def tensor_scalar(data: Any, op0: Any, operand0: Any, reverse0: bool = False, op
             acc = _compute(fn, [opv, acc] if reverse else [acc, opv], True)
         except ValueError as exc:
             raise _broadcast_error("tensor_scalar", exc) from None
-    tile = new_tile(acc, out_dtype)
-    _record_lanes(cm.VECTOR, "tensor_scalar[" + ",".join(s[0] for s in steps) + "]",
-                  acc.shape, out_dtype, len(steps))
+    tile = emit(acc, out_dtype, dst, "tensor_scalar")
+    _record_lanes(engine, "tensor_scalar[" + ",".join(s[0] for s in steps) + "]",
+                  acc.shape, tile.dtype, len(steps))
     return tile
 
 
-def where(cond: Any, x: Any, y: Any, dtype: Any = None) -> Tile:
+def where(cond: Any, x: Any, y: Any, dtype: Any = None, dst: Any = None) -> Tile:
     out, out_dtype = _elementwise_select(cond, x, y, dtype)
-    tile = new_tile(out, out_dtype)
-    _record_lanes(cm.VECTOR, "select", out.shape, out_dtype)
+    tile = emit(out, out_dtype, dst, "select")
+    _record_lanes(cm.VECTOR, "select", out.shape, tile.dtype)
     return tile
 
 
@@ -226,7 +279,7 @@ def _elementwise_select(cond: Any, x: Any, y: Any, dtype: Any) -> tuple[np.ndarr
 
 
 def reduce(op: Any, data: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None,
-           negate: bool = False) -> Tile:
+           negate: bool = False, dst: Any = None) -> Tile:
     """VectorE reduction along free axes only."""
     name = op_name(op)
     fn = require(name, REDUCE, "reduce")
@@ -238,8 +291,8 @@ def reduce(op: Any, data: Any, axis: Any = None, keepdims: bool = False, dtype: 
     out = _compute(lambda v: fn(v, axis=axes, keepdims=keepdims), [value], True)
     if negate:
         out = -out
-    tile = new_tile(out, out_dtype)
-    _record_lanes(cm.VECTOR, f"tensor_reduce[{name}]", np.shape(value), out_dtype)
+    tile = emit(out, out_dtype, dst, f"tensor_reduce[{name}]")
+    _record_lanes(cm.VECTOR, f"tensor_reduce[{name}]", np.shape(value), tile.dtype)
     return tile
 
 
@@ -254,11 +307,11 @@ def broadcast(tile: Tile, shape: tuple[int, ...]) -> Tile:
     return result
 
 
-def copy(src: Any, dtype: Any = None, buffer: str = "sbuf", engine: str = cm.VECTOR) -> Tile:
+def copy(src: Any, dtype: Any = None, buffer: str = "sbuf", engine: str = cm.VECTOR, dst: Any = None) -> Tile:
     value, xdt = _value(src, "copy")
     out_dtype = _out_dtype(dtype, [xdt])
-    tile = new_tile(np.asarray(value), out_dtype, buffer)
-    _record_lanes(engine, "tensor_copy", tile.shape, out_dtype)
+    tile = emit(np.asarray(value), out_dtype, dst, "tensor_copy", buffer)
+    _record_lanes(engine, "tensor_copy", tile.shape, tile.dtype)
     return tile
 
 
@@ -267,8 +320,11 @@ def _tensor_dtype(a: Tile, b: Tile) -> np.dtype:
     return float32 if float32 in (a.dtype, b.dtype) else (a.dtype if a.dtype == b.dtype else b.dtype)
 
 
-def matmul(stationary: Tile, moving: Tile) -> Tile:
-    """TensorE: stationary[K, M]^T @ moving[K, N] -> PSUM [M, N] fp32."""
+def matmul(stationary: Tile, moving: Tile, dst: Any = None, accumulate: bool | None = None) -> Tile:
+    """TensorE: stationary[K, M]^T @ moving[K, N] -> PSUM [M, N] fp32.
+
+    Into `dst` (a PSUM tile) the product accumulates onto what the tile holds unless
+    `accumulate=False` (PSUM accumulation is the TensorE default); without `dst` it is a new tile."""
     ctx = current()
     for t in (stationary, moving):
         if not isinstance(t, Tile):
@@ -277,28 +333,43 @@ def matmul(stationary: Tile, moving: Tile) -> Tile:
     k, m = stationary.shape
     n = moving.shape[1]
     out = stationary.data.astype(np.float32, copy=False).T @ moving.data.astype(np.float32, copy=False)
-    tile = new_tile(out, float32, "psum")
-    tile._from_matmul = True
+    if dst is None:
+        tile = new_tile(out, float32, "psum")
+        tile._from_matmul = True
+    else:
+        tile = destination(dst, "nc_matmul", ("psum",))
+        out = fit(out, tile.shape, "nc_matmul")
+        if accumulate is not False:
+            out = tile.data.astype(np.float32) + out
+        tile.write(Ellipsis, _round(out, tile.dtype, True))
     dt = _tensor_dtype(stationary, moving)
     ctx.record(cm.TENSOR, "matmul", (k, m, n), dt, cm.matmul_seconds(ctx.config, n, dt),
                flops=2 * k * m * n)
     return tile
 
 
-def transpose(data: Tile, dtype: Any = None) -> Tile:
-    """TensorE transpose (a matmul against identity): [P, F] SBUF -> [F, P] PSUM."""
+def transpose(data: Tile, dtype: Any = None, dst: Any = None) -> Tile:
+    """TensorE transpose (a matmul against identity): [P, F] SBUF -> [F, P] PSUM; into an SBUF
+    `dst` it is the VectorE transpose of a block of at most 32 x 32."""
     ctx = current()
     if not isinstance(data, Tile) or data.ndim != 2:
         raise NKIError("transpose-rank", "transpose takes a 2-D [partition, free] tile")
+    p, f = data.shape
+    if dst is not None and destination(dst, "nc_transpose").buffer == "sbuf":
+        if p > 32 or f > 32:
+            raise NKIError("transpose-vector", f"the VectorE transpose (dst in SBUF) takes blocks of at most "
+                           f"32 x 32, got {data.shape}: write into a PSUM tile for the TensorE transpose")
+        tile = emit(np.ascontiguousarray(_value(data, "nc_transpose")[0].T), data.dtype, dst, "nc_transpose")
+        _record_lanes(cm.VECTOR, "transpose", (p, f), data.dtype)
+        return tile
     if data.buffer != "sbuf":
         raise NKIError("matmul-operand-sbuf", f"TensorE transpose reads SBUF, got a "
                        f"{data.buffer.upper()} tile: copy it to SBUF first")
-    p, f = data.shape
     if f > ctx.config.partitions:
         raise NKIError("transpose-free", f"transpose input free size {f} > {ctx.config.partitions}: "
                        f"it becomes the partition dimension of the result")
     out_dtype = data.dtype if dtype is None else as_dtype(dtype)
-    tile = new_tile(np.ascontiguousarray(data.data.T), out_dtype, "psum")
+    tile = emit(np.ascontiguousarray(data.data.T), out_dtype, dst, "nc_transpose", "psum")
     ctx.record(cm.TENSOR, "transpose", (p, f), data.dtype,
                cm.matmul_seconds(ctx.config, p, data.dtype))
     return tile
@@ -340,15 +411,19 @@ def store(dst: Any, value: Any, mask: Any = None) -> None:
     _dma_write(pattern, value, mask, "store")
 
 
+def _dma_fit(values: Any, shape: tuple[int, ...], opcode: str) -> np.ndarray:
+    try:
+        return fit(values, shape, opcode)
+    except NKIError:
+        raise NKIError("shape-mismatch", f"{opcode}: value of shape {np.shape(values)} does not fit "
+                       f"destination of shape {tuple(shape)}") from None
+
+
 def _dma_write(pattern: AccessPattern, value: Any, mask: Any, opcode: str) -> None:
     values, _ = _value(value, opcode)
     values = np.asarray(values)
     shape = pattern.resolve(mask).shape
-    try:
-        values = np.broadcast_to(values, shape)
-    except ValueError:
-        raise NKIError("shape-mismatch", f"{opcode}: value of shape {values.shape} does not fit "
-                       f"destination of shape {shape}") from None
+    values = _dma_fit(values, shape, opcode)
     rounded = _round(values, pattern.dtype)
     pattern.write(rounded, mask)
     _record_dma(opcode, shape, pattern.dtype, rounded.nbytes)
@@ -362,33 +437,36 @@ def dma_copy(dst: Any, src: Any, mask: Any = None) -> None:
     if isinstance(target, AccessPattern):
         _dma_write(target, values, mask, "dma_copy")
         return
-    try:
-        values = np.broadcast_to(values, target.shape)
-    except ValueError:
-        raise NKIError("shape-mismatch", f"dma_copy: source {np.shape(values)} does not fit "
-                       f"destination {target.shape}") from None
+    values = _dma_fit(values, target.shape, "dma_copy")
     target.write(Ellipsis, _round(values, target.dtype, current().fp32_compute))
     _record_dma("dma_copy", target.shape, target.dtype, target.size * target.dtype.itemsize)
 
 
-def iota(expr: Any, dtype: Any = float32) -> Tile:
+def iota(expr: Any, dtype: Any = float32, dst: Any = None) -> Tile:
     """GpSimd: materialise an index expression (e.g. nl.arange(128)[:, None] * 4 + i_f)."""
     values = np.asarray(expr.data if isinstance(expr, Tile) else expr)
-    out_dtype = as_dtype(dtype)
+    out_dtype = as_dtype(dtype) if dst is None else dst.dtype
     if values.ndim == 0:
         raise NKIError("tile-rank", "iota needs an index expression with a partition axis")
-    tile = new_tile(values, out_dtype)
+    tile = emit(values, out_dtype, dst, "iota")
     _record_lanes(cm.GPSIMD, "iota", values.shape, out_dtype)
     return tile
 
 
-def memset(shape: tuple[int, ...], value: Any, dtype: Any, buffer: str = "sbuf") -> Tile:
-    """GpSimd: a new tile filled with `value`."""
+def memset(shape: tuple[int, ...] | None, value: Any, dtype: Any, buffer: str = "sbuf", dst: Any = None,
+           engine: str = cm.GPSIMD) -> Tile:
+    """A tile filled with `value` (GpSimd unless another engine is given): new, or `dst`."""
+    if dst is not None:
+        target = destination(dst, "memset")
+        target.write(Ellipsis, _round(np.full(target.shape, value, np.float32 if is_float(target.dtype)
+                                              else np.int64), target.dtype, current().fp32_compute))
+        _record_lanes(engine, "memset", target.shape, target.dtype)
+        return target
     out_dtype = as_dtype(dtype)
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
     tile = new_tile(np.full(shape, value, dtype=np.float32 if is_float(out_dtype) else None),
                     out_dtype, buffer)
-    _record_lanes(cm.GPSIMD, "memset", shape, out_dtype)
+    _record_lanes(engine, "memset", shape, out_dtype)
     return tile
 
 

@@ -9,6 +9,7 @@ import torch
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import nki.legacy.isa as legacy_isa
 
 F32 = np.float32
 RNG = np.random.default_rng(0)
@@ -140,24 +141,7 @@ def test_matmul_and_transpose(dtype):
     np.testing.assert_array_equal(out_t, a.T)
 
 
-def test_isa_functions():
-    x, b = rand(128, 64), rand(128, 1)
-
-    @nki.jit
-    def k(x, b, o1, o2, o3, o4, o5, o6, o7):
-        t, tb = nl.load(x), nl.load(b)
-        nl.store(o1, value=nisa.activation(nl.exp, t, bias=tb, scale=0.5))
-        nl.store(o2, value=nisa.tensor_tensor(t, t, np.multiply))
-        nl.store(o3, value=nisa.tensor_scalar(t, nl.multiply, tb, op1=np.add, operand1=2.0))
-        nl.store(o4, value=nisa.tensor_reduce(np.max, t, axis=1, keepdims=True))
-        nl.store(o5, value=nisa.tensor_copy(t, dtype=nl.bfloat16))
-        nl.store(o6, value=nisa.iota(nl.arange(128)[:, None] * 64 + nl.arange(64)[None, :], nl.int32))
-        nl.store(o7, value=nisa.memset((128, 64), 3.0, nl.float32))
-        nisa.dma_copy(dst=o7[0:64, :], src=x[64:128, :])
-    outs = [np.zeros((128, 64), F32) for _ in range(7)]
-    outs[3] = np.zeros((128, 1), F32)
-    outs[5] = np.zeros((128, 64), np.int32)
-    nki.simulate(k)(x, b, *outs)
+def _check_isa_outputs(x, b, outs):
     np.testing.assert_allclose(outs[0], np.exp(x * 0.5 + b), rtol=1e-6)
     np.testing.assert_allclose(outs[1], x * x)
     np.testing.assert_allclose(outs[2], x * b + 2.0, rtol=1e-6)
@@ -168,6 +152,58 @@ def test_isa_functions():
     np.testing.assert_array_equal(outs[6][:64], x[64:])
 
 
+def _isa_outs():
+    outs = [np.zeros((128, 64), F32) for _ in range(7)]
+    outs[3] = np.zeros((128, 1), F32)
+    outs[5] = np.zeros((128, 64), np.int32)
+    return outs
+
+
+def test_isa_functions_write_their_destination():
+    x, b = rand(128, 64), rand(128, 1)
+
+    @nki.jit
+    def k(x, b, o1, o2, o3, o4, o5, o6, o7):
+        t, tb = nl.ndarray((128, 64), nl.float32), nl.ndarray((128, 1), nl.float32)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(tb, b)
+        results = [nl.ndarray((128, 64), d) for d in (nl.float32,) * 3 + (nl.float32, nl.bfloat16, nl.int32,
+                                                                            nl.float32)]
+        results[3] = nl.ndarray((128, 1), nl.float32)
+        assert nisa.activation(results[0], nl.exp, t, bias=tb, scale=0.5) is results[0]
+        nisa.tensor_tensor(dst=results[1], data1=t, data2=t, op=np.multiply)
+        nisa.tensor_scalar(results[2], t, nl.multiply, tb, op1=np.add, operand1=2.0)
+        nisa.tensor_reduce(results[3], np.max, t, axis=1, keepdims=True)
+        nisa.tensor_copy(dst=results[4], src=t)  # rounds to the destination's bf16
+        nisa.iota(results[5], nl.arange(128)[:, None] * 64 + nl.arange(64)[None, :])
+        nisa.memset(dst=results[6], value=3.0)
+        for out, r in zip((o1, o2, o3, o4, o5, o6, o7), results):
+            nisa.dma_copy(dst=out, src=r)
+        nisa.dma_copy(dst=o7[0:64, :], src=x[64:128, :])
+    outs = _isa_outs()
+    nki.simulate(k)(x, b, *outs)
+    _check_isa_outputs(x, b, outs)
+
+
+def test_legacy_isa_functions_return_new_tiles():
+    x, b = rand(128, 64), rand(128, 1)
+
+    @nki.jit
+    def k(x, b, o1, o2, o3, o4, o5, o6, o7):
+        t, tb = nl.load(x), nl.load(b)
+        nl.store(o1, value=legacy_isa.activation(nl.exp, t, bias=tb, scale=0.5))
+        nl.store(o2, value=legacy_isa.tensor_tensor(t, t, np.multiply))
+        nl.store(o3, value=legacy_isa.tensor_scalar(t, nl.multiply, tb, op1=np.add, operand1=2.0))
+        nl.store(o4, value=legacy_isa.tensor_reduce(np.max, t, axis=1, keepdims=True))
+        nl.store(o5, value=legacy_isa.tensor_copy(t, dtype=nl.bfloat16))
+        nl.store(o6, value=legacy_isa.iota(nl.arange(128)[:, None] * 64 + nl.arange(64)[None, :], nl.int32))
+        nl.store(o7, value=legacy_isa.memset((128, 64), 3.0, nl.float32))
+        legacy_isa.dma_copy(dst=o7[0:64, :], src=x[64:128, :])
+    outs = _isa_outs()
+    nki.simulate(k)(x, b, *outs)
+    _check_isa_outputs(x, b, outs)
+
+
 def test_psum_accumulation_and_sbuf_views():
     a, b = rand(256, 64), rand(256, 32)
 
@@ -175,7 +211,7 @@ def test_psum_accumulation_and_sbuf_views():
     def k(a, b, out):
         acc = nl.zeros((64, 32), nl.float32, buffer=nl.psum)
         for i in nl.affine_range(2):
-            acc[...] += nisa.nc_matmul(nl.load(a[nl.ds(i * 128, 128), :]),
+            acc[...] += legacy_isa.nc_matmul(nl.load(a[nl.ds(i * 128, 128), :]),
                                        nl.load(b[nl.ds(i * 128, 128), :]))
         res = nl.ndarray((64, 32), nl.float32)
         res[...] = nl.copy(acc)

@@ -14,7 +14,8 @@ from torch_neuronx.runtime import chips
 @nki.jit
 def mm_kernel(a, b, out):
     ta, tb = nl.load(a), nl.load(b)  # <- loads
-    r = nisa.nc_matmul(ta, tb)
+    r = nl.ndarray(out.shape, nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(r, ta, tb)
     nl.store(out, value=nl.copy(r))
     return out
 
@@ -47,8 +48,9 @@ def test_fp32_matmul_slower_than_bf16_and_fp8():
 @nki.jit
 def lane_kernel(a, out):
     t = nl.load(a)
-    s = nisa.tensor_scalar(t, np.multiply, 2.0, op1=np.add, operand1=1.0)  # VectorE, two steps
-    e = nisa.activation(op=nl.exp, data=s)                                  # ScalarE
+    s, e = nl.ndarray(t.shape, nl.float32), nl.ndarray(t.shape, nl.float32)
+    nisa.tensor_scalar(s, t, np.multiply, 2.0, op1=np.add, operand1=1.0)  # VectorE, two steps
+    nisa.activation(e, op=nl.exp, data=s)                                  # ScalarE
     nl.store(out, value=nl.add(e, s))                                       # VectorE, two tiles
     return out
 
@@ -88,8 +90,8 @@ def test_engine_attribution():
         nl.exp(t)                                   # ScalarE
         nl.add(t, t)                                # VectorE
         nl.sum(t, axis=1)                           # VectorE
-        nisa.iota(nl.arange(128)[:, None], nl.int32)  # GpSimd
-        nisa.memset((128, 4), 0, nl.float32)        # GpSimd
+        nisa.iota(nl.ndarray((128, 1), nl.int32), nl.arange(128)[:, None])  # GpSimd
+        nisa.memset(nl.ndarray((128, 4), nl.float32), 0)                      # GpSimd
         nl.transpose(t)                             # TensorE
     nki.simulate(k)(np.ones((128, 64), np.float32))
     r = nki.simulator.last_report()

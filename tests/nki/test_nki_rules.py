@@ -30,7 +30,7 @@ def _mm_kernel(kdim, m, n):
     def k():
         a = nl.zeros((kdim, m), nl.bfloat16)
         b = nl.zeros((kdim, n), nl.bfloat16)
-        nisa.nc_matmul(a, b)  # <- rule
+        nisa.nc_matmul(nl.ndarray((min(m, 128), n), nl.float32, buffer=nl.psum), a, b)  # <- rule
     return k
 
 
@@ -55,7 +55,7 @@ def test_matmul_operand_must_be_sbuf():
     def k():
         a = nl.zeros((128, 128), nl.float32, buffer=nl.psum)
         b = nl.zeros((128, 128), nl.float32)
-        nisa.nc_matmul(a, b)  # <- rule
+        nisa.nc_matmul(nl.ndarray((128, 128), nl.float32, buffer=nl.psum), a, b)  # <- rule
     expect_rule(k, [], "matmul-operand-sbuf")
 
 
@@ -64,8 +64,8 @@ def test_matmul_output_is_fp32_psum():
     def k(out):
         a = nl.full((128, 16), 1.0, nl.bfloat16)
         b = nl.full((128, 32), 2.0, nl.bfloat16)
-        r = nisa.nc_matmul(a, b)
-        assert r.buffer == "psum" and r.dtype == nl.float32 and r.shape == (16, 32)
+        r = nl.ndarray((16, 32), nl.float32, buffer=nl.psum)
+        assert nisa.nc_matmul(r, a, b) is r
         nl.store(out, value=nl.copy(r))
         return out
     out = nki.simulate(k)(np.zeros((16, 32), F32))
@@ -211,7 +211,7 @@ def test_reduce_over_partition_axis_refused():
 def test_transpose_free_over_128():
     @nki.jit
     def k():
-        nisa.nc_transpose(nl.zeros((64, 256), nl.float32))  # <- rule
+        nisa.nc_transpose(nl.ndarray((128, 64), nl.float32, buffer=nl.psum), nl.zeros((64, 256), nl.float32))  # <- rule
     expect_rule(k, [], "transpose-free")
 
 
