@@ -186,6 +186,15 @@ def dma_copy(dst: Any = None, src: Any = None, dst_rmw_op: Any = None, oob_mode:
     return dst
 
 
+# ----------------------------------------------------------------------------- selection, scans, statistics, random
+
+
+# ----------------------------------------------------------------------------- gathers, quantization, registers
+
+
+# ----------------------------------------------------------------------------- cross-core
+
+
 # ----------------------------------------------------------------------------- target
 def get_nc_version() -> nc_version:
     """Generation of the simulated NeuronCore (trn2: gen3, trn3: gen4)."""

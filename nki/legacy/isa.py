@@ -82,3 +82,9 @@ def iota(expr: Any, dtype: Any, mask: Any = None, **_: Any) -> Any:
 def memset(shape: Any, value: Any, dtype: Any, mask: Any = None, engine: Any = None, **_: Any) -> Any:
     """A new SBUF tile filled with `value` (GpSimd unless another engine is given)."""
     return _ins.memset(shape, value, dtype, engine=_engine(engine, GPSIMD))
+
+
+# ----------------------------------------------------------------------------- selection, scans, statistics, random
+
+
+# ----------------------------------------------------------------------------- gathers, quantization, registers
