@@ -1,9 +1,14 @@
 """Validation kernels written in the kernel language (tested against numpy/torch references)."""
+from .cumsum import cumsum
 from .flash_attention import flash_attention_fwd
 from .layernorm import layernorm_bwd, layernorm_fwd
 from .matmul import matmul
+from .moe import blockwise_expert_matmul, router_topk
 from .rmsnorm import rmsnorm, rmsnorm_bwd, rmsnorm_fwd
+from .rope import rope
 from .softmax import softmax
+from .topk import topk
 
 __all__ = ["matmul", "softmax", "rmsnorm", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd", "layernorm_bwd",
+           "rope", "cumsum", "topk", "router_topk", "blockwise_expert_matmul",
            "flash_attention_fwd"]
