@@ -10,8 +10,18 @@ import enum
 from typing import Any
 
 from .errors import NKIError
-from .simulator import instructions as _ins
+from .simulator import (
+    indexing as _indexing,
+    instructions as _ins,
+    lane_compute as _lane,
+    prng as _prng,
+    ranking as _ranking,
+    scans as _scans,
+    selection as _selection,
+    statistics as _statistics,
+)
 from .simulator.cost_model import GPSIMD, SCALAR, TENSOR, VECTOR
+from .simulator.operands import FP32_MIN
 from .simulator.ops import op_name
 from .simulator.registers import reduce_into_registers
 
@@ -187,6 +197,205 @@ def dma_copy(dst: Any = None, src: Any = None, dst_rmw_op: Any = None, oob_mode:
 
 
 # ----------------------------------------------------------------------------- selection, scans, statistics, random
+def tensor_copy_predicated(dst: Any = None, src: Any = None, predicate: Any = None, reverse_pred: bool = False,
+                           name: str | None = None) -> Any:
+    """VectorE: copy src (a tile of dst's dtype, or a scalar) into dst where predicate (uint8/16/32)
+    is nonzero, or zero with reverse_pred; dst keeps its other values."""
+    _need("tensor_copy_predicated", dst=dst, src=src, predicate=predicate)
+    return _selection.tensor_copy_predicated(src, predicate, dst, reverse_pred)
+
+
+def affine_select(dst: Any = None, pattern: Any = None, channel_multiplier: int = 0, on_true_tile: Any = None,
+                  on_false_value: float = 0.0, cmp_op: Any = "equal", offset: int = 0, name: str | None = None) -> Any:
+    """GpSimd: dst = on_true_tile where cmp_op(offset + partition * channel_multiplier + pattern terms, 0),
+    else on_false_value; pattern is [[step, num], ...] (outermost first), as in nisa.iota."""
+    _need("affine_select", dst=dst, pattern=pattern, on_true_tile=on_true_tile)
+    return _selection.affine_select(pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset, dst)
+
+
+def range_select(dst: Any = None, on_true_tile: Any = None, comp_op0: Any = None, comp_op1: Any = None,
+                 bound0: Any = None, bound1: Any = None, reduce_cmd: reduce_cmd = reduce_cmd.reset_reduce,
+                 reduce_res: Any = None, reduce_op: Any = "maximum", range_start: int = 0,
+                 on_false_value: float = FP32_MIN, name: str | None = None) -> Any:
+    """VectorE: keep on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) for the free index
+    i + range_start, else FP32_MIN; the per-partition max goes to the VectorE registers / reduce_res."""
+    _need("range_select", dst=dst, on_true_tile=on_true_tile, comp_op0=comp_op0, comp_op1=comp_op1,
+          bound0=bound0, bound1=bound1)
+    return _selection.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res,
+                                   reduce_op, range_start, on_false_value, dst)
+
+
+def select_reduce(dst: Any = None, predicate: Any = None, on_true: Any = None, on_false: Any = None,
+                  reduce_res: Any = None, reduce_cmd: reduce_cmd = reduce_cmd.idle, reduce_op: Any = "maximum",
+                  reverse_pred: bool = False, name: str | None = None) -> Any:
+    """VectorE: dst = on_true where predicate, else on_false (scalar or [P, 1]); the per-partition max
+    goes to the VectorE registers as reduce_cmd says, and reduce_res receives them."""
+    _need("select_reduce", dst=dst, predicate=predicate, on_true=on_true, on_false=on_false)
+    return _selection.select_reduce(predicate, on_true, on_false, dst, reduce_res, reduce_cmd, reduce_op,
+                                    reverse_pred)
+
+
+def tensor_tensor_scan(dst: Any = None, data0: Any = None, data1: Any = None, initial: Any = None, op0: Any = None,
+                       op1: Any = None, reverse0: bool = False, reverse1: bool = False, name: str | None = None) -> Any:
+    """VectorE scan per partition: dst[i] = op1(op0(data0[i], dst[i-1]), data1[i]), dst[-1] = initial."""
+    _need("tensor_tensor_scan", dst=dst, data0=data0, data1=data1, initial=initial, op0=op0, op1=op1)
+    return _scans.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1, dst)
+
+
+def tensor_scalar_cumulative(dst: Any = None, src: Any = None, op0: Any = None, op1: Any = None, imm0: Any = None,
+                             imm1: Any = None, reduce_cmd: reduce_cmd = reduce_cmd.reset_reduce,
+                             name: str | None = None) -> Any:
+    """VectorE: running reg = op1(src[i] op0 imm0, reg) per partition written to dst; reg starts from
+    the VectorE registers (reset to op1's identity, kept, or loaded from imm1)."""
+    _need("tensor_scalar_cumulative", dst=dst, src=src, op0=op0, op1=op1, imm0=imm0)
+    return _scans.tensor_scalar_cumulative(src, op0, op1, imm0, imm1, reduce_cmd, dst=dst)
+
+
+def bn_stats(dst: Any = None, data: Any = None, name: str | None = None) -> Any:
+    """VectorE: (count, mean, variance * count) of the even then the odd elements per partition (6 values)."""
+    _need("bn_stats", dst=dst, data=data)
+    return _statistics.bn_stats(data, dst)
+
+
+def bn_aggr(dst: Any = None, data: Any = None, name: str | None = None) -> Any:
+    """VectorE: mean and variance per partition from one or more bn_stats results (2 values)."""
+    _need("bn_aggr", dst=dst, data=data)
+    return _statistics.bn_aggr(data, dst)
+
+
+def tensor_partition_reduce(dst: Any = None, op: Any = None, data: Any = None, name: str | None = None) -> Any:
+    """GpSimd: reduce data [P, ...] across partitions into dst [1, ...] (add, mean, max, bitwise ops)."""
+    _need("tensor_partition_reduce", dst=dst, op=op, data=data)
+    return _statistics.tensor_partition_reduce(op, data, dst)
+
+
+def activate2(dst: Any = None, op: Any = None, data: Any = None, imm0: Any = None, imm1: Any = None,
+              op0: Any = None, op1: Any = None, relu_param: Any = 0.0, reverse0: bool = False, reverse1: bool = False,
+              reduce_op: Any = None, reduce_res: Any = None, reduce_cmd: reduce_cmd = reduce_cmd.idle,
+              engine: Any = engine.scalar, name: str | None = None) -> Any:
+    """ScalarE (NeuronCore-v4+): dst = op((data op0 imm0) op1 imm1) (nl.bypass skips a step), with an
+    optional reduction into the ScalarE registers."""
+    _need("activate2", dst=dst, op=op, data=data, op0=op0, op1=op1)
+    return _lane.activate2(op, data, imm0, imm1, op0, op1, relu_param, reverse0, reverse1, reduce_op, reduce_res,
+                           reduce_cmd, dst, _engine(engine, SCALAR))
+
+
+def exponential(dst: Any = None, src: Any = None, max_value: Any = 0.0, reduce_res: Any = None,
+                reduce_cmd: reduce_cmd = reduce_cmd.idle, reduce_init: Any = 0.0, name: str | None = None) -> Any:
+    """VectorE (NeuronCore-v4+): dst = exp(src - max_value), summed into the VectorE registers as
+    reduce_cmd says."""
+    _need("exponential", dst=dst, src=src)
+    return _lane.exponential(src, max_value, reduce_res, reduce_cmd, reduce_init, dst)
+
+
+def reciprocal(dst: Any = None, data: Any = None, name: str | None = None) -> Any:
+    """VectorE: dst = 1 / data."""
+    _need("reciprocal", dst=dst, data=data)
+    return _lane.reciprocal(data, dst)
+
+
+def scalar_tensor_tensor(dst: Any = None, data: Any = None, op0: Any = None, operand0: Any = None, op1: Any = None,
+                         operand1: Any = None, reverse0: bool = False, reverse1: bool = False,
+                         name: str | None = None) -> Any:
+    """VectorE: dst = (data op0 operand0) op1 operand1 (operand0 scalar or [P, 1], operand1 a tile)."""
+    _need("scalar_tensor_tensor", dst=dst, data=data, op0=op0, operand0=operand0, op1=op1, operand1=operand1)
+    return _lane.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0, reverse1, dst)
+
+
+def tensor_scalar_reduce(dst: Any = None, data: Any = None, op0: Any = None, operand0: Any = None,
+                         reduce_op: Any = None, reduce_res: Any = None, reverse0: bool = False,
+                         reduce_cmd: reduce_cmd = reduce_cmd.reset_reduce, reduce_init: Any = None,
+                         name: str | None = None) -> Any:
+    """VectorE: dst = data op0 operand0, reduced per partition (add, multiply, max, min) into the
+    VectorE registers as reduce_cmd says; reduce_res receives them."""
+    _need("tensor_scalar_reduce", dst=dst, data=data, op0=op0, operand0=operand0, reduce_op=reduce_op)
+    return _lane.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0, reduce_cmd, reduce_init,
+                                      dst)
+
+
+def max8(dst: Any = None, src: Any = None, name: str | None = None) -> Any:
+    """VectorE: the 8 largest values per partition, descending, into dst [P, 8]."""
+    _need("max8", dst=dst, src=src)
+    return _ranking.max8(src, dst)
+
+
+def nc_find_index8(dst: Any = None, data: Any = None, vals: Any = None, name: str | None = None) -> Any:
+    """VectorE: index of the first occurrence of each of the 8 vals per partition, into dst [P, 8] (uint)."""
+    _need("nc_find_index8", dst=dst, data=data, vals=vals)
+    return _ranking.nc_find_index8(data, vals, dst)
+
+
+def nc_match_replace8(dst: Any = None, data: Any = None, vals: Any = None, imm: float | None = None,
+                      dst_idx: Any = None, name: str | None = None) -> Any:
+    """VectorE: dst = data with the first occurrence of each of the 8 vals replaced by imm; dst_idx
+    receives their positions."""
+    _need("nc_match_replace8", dst=dst, data=data, vals=vals, imm=imm)
+    return _ranking.nc_match_replace8(data, vals, imm, dst_idx, dst)
+
+
+def topk(val_dst: Any = None, idx_dst: Any = None, src: Any = None, n: int | None = None, sorted: bool = False,
+         name: str | None = None) -> Any:
+    """GpSimd: top-k (k = val_dst's free size) of each 16-partition snake of src (n bf16 values),
+    ascending, written in the snake layout with their snake indices."""
+    _need("topk", val_dst=val_dst, idx_dst=idx_dst, src=src, n=n)
+    return _ranking.topk(val_dst, idx_dst, src, n, sorted)
+
+
+def nonzero_with_count(dst: Any = None, src: Any = None, index_offset: int = 0, padding_val: int = -1,
+                       name: str | None = None) -> Any:
+    """GpSimd: on partitions 0, 16, ..., 112, the positions of src's nonzeros (+ index_offset), padding
+    and their count."""
+    _need("nonzero_with_count", dst=dst, src=src)
+    return _indexing.nonzero_with_count(src, dst, index_offset, padding_val)
+
+
+def sequence_bounds(dst: Any = None, segment_ids: Any = None, name: str | None = None) -> Any:
+    """GpSimd: segment start and (exclusive) end of each element of segment_ids [1, n] into dst [1, 2, n]."""
+    _need("sequence_bounds", dst=dst, segment_ids=segment_ids)
+    return _indexing.sequence_bounds(segment_ids, dst)
+
+
+def nc_stream_shuffle(dst: Any = None, src: Any = None, shuffle_mask: Any = None, name: str | None = None) -> Any:
+    """VectorE: dst partition i of each 32-partition quadrant = src partition shuffle_mask[i] (255: unchanged)."""
+    _need("nc_stream_shuffle", dst=dst, src=src, shuffle_mask=shuffle_mask)
+    return _indexing.nc_stream_shuffle(src, dst, shuffle_mask)
+
+
+def dropout(dst: Any = None, data: Any = None, prob: Any = None, name: str | None = None) -> Any:
+    """VectorE: data with each element zeroed with probability prob (scalar or [P, 1]), not rescaled."""
+    _need("dropout", dst=dst, data=data, prob=prob)
+    return _prng.dropout(data, prob, dst)
+
+
+def rng(dst: Any = None, engine: Any = engine.unknown, name: str | None = None) -> Any:
+    """VectorE (default) or GpSimd: random bits into an integer dst (low bits of 32-bit draws)."""
+    _need("rng", dst=dst)
+    return _prng.rng(dst, _engine(engine, VECTOR))
+
+
+def rand2(dst: Any = None, min: Any = None, max: Any = None, name: str | None = None) -> Any:
+    """VectorE (NeuronCore-v4+): uniform random values in [min, max) into dst."""
+    _need("rand2", dst=dst, min=min, max=max)
+    return _prng.rand2(dst, min, max)
+
+
+def set_rng_seed(src_seeds: Any = None, name: str | None = None) -> None:
+    """Seed the VectorE generator from a [1, 1] 32-bit tile."""
+    _need("set_rng_seed", src_seeds=src_seeds)
+    _prng.set_rng_seed(src_seeds)
+
+
+def rand_set_state(src_seeds: Any = None, engine: Any = engine.unknown, name: str | None = None) -> None:
+    """Load per-lane generator state from a uint32 SBUF tile [P, 6] (GpSimd) or [P, 24] (VectorE)."""
+    _need("rand_set_state", src_seeds=src_seeds)
+    _prng.rand_set_state(src_seeds, _engine(engine, None))
+
+
+def rand_get_state(dst: Any = None, engine: Any = engine.unknown, name: str | None = None) -> Any:
+    """Store per-lane generator state into a uint32 tile [P, 6] (GpSimd) or [P, 24] (VectorE)."""
+    _need("rand_get_state", dst=dst)
+    return _prng.rand_get_state(dst, _engine(engine, None))
+
 
 
 # ----------------------------------------------------------------------------- gathers, quantization, registers

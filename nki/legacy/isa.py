@@ -5,8 +5,18 @@ from typing import Any
 
 from .. import isa as _isa
 from ..isa import _engine, dge_mode, get_nc_version, nc_version, oob_mode, reduce_cmd  # noqa: F401
-from ..simulator import instructions as _ins
+from ..simulator import (
+    indexing as _indexing,
+    instructions as _ins,
+    lane_compute as _lane,
+    prng as _prng,
+    ranking as _ranking,
+    scans as _scans,
+    selection as _selection,
+    statistics as _statistics,
+)
 from ..simulator.cost_model import GPSIMD, SCALAR, TENSOR, VECTOR
+from ..simulator.operands import FP32_MIN
 from ..simulator.ops import op_name
 from ..simulator.registers import reduce_into_registers
 
@@ -85,6 +95,109 @@ def memset(shape: Any, value: Any, dtype: Any, mask: Any = None, engine: Any = N
 
 
 # ----------------------------------------------------------------------------- selection, scans, statistics, random
+class fp32:
+    """FP32 constants: `fp32.min` is the most negative float32 (range_select's on_false_value)."""
+
+    min = FP32_MIN
+
+
+def tensor_copy_predicated(src: Any, dst: Any, predicate: Any, reverse_pred: bool = False, mask: Any = None,
+                           dtype: Any = None, **_: Any) -> Any:
+    """VectorE: copy src into dst where predicate is nonzero (zero with reverse_pred)."""
+    return _selection.tensor_copy_predicated(src, predicate, dst, reverse_pred)
+
+
+def affine_select(pred: Any, on_true_tile: Any, on_false_value: float, mask: Any = None, dtype: Any = None,
+                  **_: Any) -> Any:
+    """GpSimd: a new tile of on_true_tile where the index expression pred is true, else on_false_value."""
+    return _selection.affine_select_expression(pred, on_true_tile, on_false_value, dtype)
+
+
+def range_select(on_true_tile: Any, comp_op0: Any, comp_op1: Any, bound0: Any, bound1: Any,
+                 reduce_cmd: reduce_cmd = reduce_cmd.idle, reduce_res: Any = None, reduce_op: Any = "maximum",
+                 range_start: int = 0, on_false_value: float = FP32_MIN, mask: Any = None, dtype: Any = None,
+                 **_: Any) -> Any:
+    """VectorE: a new tile keeping on_true_tile where both bound comparisons of the free index hold."""
+    return _selection.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res,
+                                   reduce_op, range_start, on_false_value, dtype=dtype)
+
+
+def select_reduce(dst: Any, predicate: Any, on_true: Any, on_false: Any, reduce_res: Any = None,
+                  reduce_cmd: reduce_cmd = reduce_cmd.idle, reduce_op: Any = "maximum", reverse_pred: bool = False,
+                  mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """VectorE: dst = on_true where predicate, else on_false, with an optional max into reduce_res."""
+    return _selection.select_reduce(predicate, on_true, on_false, dst, reduce_res, reduce_cmd, reduce_op,
+                                    reverse_pred)
+
+
+def tensor_tensor_scan(data0: Any, data1: Any, initial: Any, op0: Any, op1: Any, reverse0: bool = False,
+                       reverse1: bool = False, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    """VectorE scan per partition into a new tile: r[i] = op1(op0(data0[i], r[i-1]), data1[i])."""
+    return _scans.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1, dtype=dtype)
+
+
+def tensor_partition_reduce(op: Any, data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """GpSimd: a new [1, ...] tile reducing data across partitions."""
+    return _statistics.tensor_partition_reduce(op, data, dtype=dtype)
+
+
+def bn_stats(data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """VectorE: a new tile of (count, mean, variance * count) of the even then odd elements."""
+    return _statistics.bn_stats(data, dtype=dtype)
+
+
+def bn_aggr(data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """VectorE: a new tile of the mean and variance per partition from bn_stats results."""
+    return _statistics.bn_aggr(data, dtype=dtype)
+
+
+def reciprocal(data: Any, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    """VectorE: a new tile of 1 / data."""
+    return _lane.reciprocal(data, dtype=dtype)
+
+
+def scalar_tensor_tensor(data: Any, op0: Any, operand0: Any, op1: Any, operand1: Any, reverse0: bool = False,
+                         reverse1: bool = False, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    """VectorE: a new tile of (data op0 operand0) op1 operand1."""
+    return _lane.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0, reverse1, dtype=dtype)
+
+
+def tensor_scalar_reduce(data: Any, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Any, reverse0: bool = False,
+                         dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    """VectorE: a new tile of data op0 operand0; reduce_res receives its reduce_op per partition."""
+    return _lane.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0, dtype=dtype)
+
+
+def max8(src: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """VectorE: a new [P, 8] tile of the 8 largest values per partition, descending."""
+    return _ranking.max8(src, dtype=dtype)
+
+
+def nc_find_index8(data: Any, vals: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """VectorE: a new [P, 8] uint32 (or uint16) tile of the first positions of the 8 vals."""
+    return _ranking.nc_find_index8(data, vals, dtype=dtype)
+
+
+def nc_match_replace8(data: Any, vals: Any, imm: float, dst_idx: Any = None, mask: Any = None, dtype: Any = None,
+                      **_: Any) -> Any:
+    """VectorE: a new tile of data with the first occurrence of each of the 8 vals replaced by imm."""
+    return _ranking.nc_match_replace8(data, vals, imm, dst_idx, dtype=dtype)
+
+
+def sequence_bounds(segment_ids: Any, dtype: Any = None, **_: Any) -> Any:
+    """GpSimd: a new [1, 2, n] tile of each element's segment start and (exclusive) end."""
+    return _indexing.sequence_bounds(segment_ids, dtype=dtype)
+
+
+def nc_stream_shuffle(src: Any, dst: Any, shuffle_mask: Any, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
+    """VectorE: dst partition i of each quadrant takes src partition shuffle_mask[i] (255: unchanged)."""
+    return _indexing.nc_stream_shuffle(src, dst, shuffle_mask)
+
+
+def dropout(data: Any, prob: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
+    """VectorE: a new tile of data with elements zeroed with probability prob."""
+    return _prng.dropout(data, prob, dtype=dtype)
+
 
 
 # ----------------------------------------------------------------------------- gathers, quantization, registers

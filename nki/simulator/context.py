@@ -27,6 +27,7 @@ class RunContext:
         self.sbuf_bytes = 0
         self.psum_banks = 0
         self.registers: dict[str, Any] = {}  # engine -> per-partition reduction registers
+        self.rng_states: dict[str, Any] = {}  # engine -> per-lane PRNG state words (nki.simulator.prng)
         self.loop_reductions: dict[str, Any] = {}  # kernel line -> running nl.loop_reduce result
         # shared_hbm tensors are shared by all SPMD programs: the n-th allocation of every
         # program returns the same tensor.

@@ -50,11 +50,17 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
     "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal,
     "logical_and": np.logical_and, "logical_or": np.logical_or,
+    # ALU operators of nki.isa (bitvec ops read integer tiles as bit patterns).
+    "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor, "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+    "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+    "bypass": lambda a, b: a,  # the step is skipped: its left operand passes through
 }
 # Ops that stay in integer arithmetic when every operand is an integer.
 INTEGER_CLOSED = {"add", "subtract", "multiply", "maximum", "minimum", "equal", "not_equal",
                   "greater", "greater_equal", "less", "less_equal", "abs", "negative", "copy",
-                  "square", "logical_and", "logical_or", "sign"}
+                  "square", "logical_and", "logical_or", "sign", "logical_xor", "bitwise_and",
+                  "bitwise_or", "bitwise_xor", "abs_max", "abs_min", "bypass"}
 
 REDUCE: dict[str, Callable[..., np.ndarray]] = {
     "add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod, "mean": np.mean,
