@@ -1,4 +1,5 @@
 """Validation kernels written in the kernel language (tested against numpy/torch references)."""
+from .cross_entropy import linear_cross_entropy_bwd, linear_cross_entropy_fwd
 from .cumsum import cumsum
 from .flash_attention import flash_attention_fwd
 from .layernorm import layernorm_bwd, layernorm_fwd
@@ -7,8 +8,10 @@ from .moe import blockwise_expert_matmul, router_topk
 from .rmsnorm import rmsnorm, rmsnorm_bwd, rmsnorm_fwd
 from .rope import rope
 from .softmax import softmax
+from .swiglu import swiglu_bwd, swiglu_fwd
 from .topk import topk
 
 __all__ = ["matmul", "softmax", "rmsnorm", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd", "layernorm_bwd",
            "rope", "cumsum", "topk", "router_topk", "blockwise_expert_matmul",
+           "swiglu_fwd", "swiglu_bwd", "linear_cross_entropy_fwd", "linear_cross_entropy_bwd",
            "flash_attention_fwd"]

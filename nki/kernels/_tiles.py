@@ -59,13 +59,41 @@ def partition_sum(acc: list[Any], data: Any, ones: Any, accumulate: bool) -> Non
         nisa.nc_matmul(bank, ones[0:rows, :], data[:, c0:c0 + csz], accumulate=accumulate)
 
 
-def store_banks(dst: Any, acc: list[Any]) -> None:
-    """Store PSUM accumulators side by side into dst [rows, F] (an HBM tensor or slice)."""
+def store_banks(dst: Any, acc: list[Any], row0: int = 0) -> None:
+    """Store PSUM accumulators side by side into rows row0.. of dst [R, F] (an HBM tensor)."""
     c0 = 0
     for bank in acc:
-        csz = bank.shape[1]
-        nl.store(dst[:, nl.ds(c0, csz)], value=nl.copy(bank, dtype=dst.dtype))
+        rows, csz = bank.shape
+        nl.store(dst[nl.ds(row0, rows), nl.ds(c0, csz)], value=nl.copy(bank, dtype=dst.dtype))
         c0 += csz
+
+
+def psum_tile(rows: int, cols: int) -> Any:
+    """An fp32 PSUM accumulator [rows, cols <= 512] (one bank)."""
+    return nl.ndarray((rows, cols), nl.float32, buffer=nl.psum)
+
+
+def project(acc: Any, lhs_t: list[Any], w: Any, n0: int, row0: int = 0, fresh: bool = True) -> Any:
+    """acc [M, n] (PSUM) = (acc +, unless `fresh`) lhs @ w[row0:row0 + K, n0:n0 + n], with lhs [M, K]
+    given as its transposed 128-row blocks `lhs_t` (from `transposed_blocks`): the contraction
+    runs over the partitions of both operands, w's blocks streamed from HBM."""
+    k0 = 0
+    for block in lhs_t:
+        ksz = block.shape[0]
+        moving = nl.load(w[nl.ds(row0 + k0, ksz), nl.ds(n0, acc.shape[1])])
+        nisa.nc_matmul(acc, block, moving, accumulate=not (fresh and k0 == 0))
+        k0 += ksz
+    return acc
+
+
+def accumulate_product(dst: Any, lhs: Any, rhs: Any, first: bool, row0: int = 0) -> None:
+    """dst[row0:row0 + M, :] (fp32 HBM) (+)= lhs^T @ rhs for lhs [T, M], rhs [T, N] (SBUF, tokens on
+    partitions): the weight gradient of one token tile, added to the other tiles' in HBM."""
+    for m0, msz in tiles(lhs.shape[1]):
+        for n0, nsz in tiles(rhs.shape[1], BANK):
+            block = psum_tile(msz, nsz)
+            nisa.nc_matmul(block, lhs[:, m0:m0 + msz], rhs[:, n0:n0 + nsz])
+            accumulate_hbm(dst[nl.ds(row0 + m0, msz), nl.ds(n0, nsz)], block, first)
 
 
 def accumulate_hbm(dst: Any, value: Any, first: bool) -> None:

@@ -8,7 +8,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ._tiles import BANK, P, tiles, transposed_blocks
+from ._tiles import BANK, P, project, psum_tile, tiles, transposed_blocks
 from .topk import column_index, top_k_rows
 
 
@@ -55,8 +55,6 @@ def blockwise_expert_matmul(x: Any, w: Any, block_expert: Sequence[int]) -> Any:
         assert 0 <= expert < E, f"block {b}: expert {expert} is not in 0..{E - 1}"
         x_t = transposed_blocks(nl.load(x[nl.ds(b * P, P), :]))            # [h, 128] per 128 of H
         for n0, nsz in tiles(N, BANK):
-            acc = nl.ndarray((P, nsz), nl.float32, buffer=nl.psum)
-            for (h0, hsz), xt in zip(tiles(H), x_t):
-                nisa.nc_matmul(acc, xt, nl.load(w[expert, nl.ds(h0, hsz), nl.ds(n0, nsz)]), accumulate=h0 > 0)
+            acc = project(psum_tile(P, nsz), x_t, w.reshape((E * H, N)), n0, row0=expert * H)
             nl.store(out[nl.ds(b * P, P), nl.ds(n0, nsz)], value=nl.copy(acc, dtype=x.dtype))
     return out
