@@ -1,7 +1,9 @@
 """`nki.language` (nl): the tile-level kernel language, executed by the simulator."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import os
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -22,25 +24,64 @@ from .dtypes import (  # noqa: F401
     uint32,
 )
 from .errors import NKIError
-from .simulator import instructions as _ins
+from .simulator import cost_model as _cm, instructions as _ins, prng as _prng
 from .simulator.context import current
-from .simulator.tile import HBM_BUFFERS, Tile
+from .simulator.operands import need_generation as _need_generation
+from .simulator.tile import HBM_BUFFERS, MemoryRegion, NKIObject, Tile  # noqa: F401  (NKIObject: nl.NKIObject)
+from .simulator.views import scalar_value as _scalar_value
 
-sbuf = "sbuf"
-psum = "psum"
-hbm = "hbm"
-shared_hbm = "shared_hbm"
-private_hbm = "private_hbm"
+NkiTensor = Tile
+DType = np.dtype  # nl dtypes are numpy dtypes (bfloat16 / float8 from ml_dtypes)
+
+sbuf = MemoryRegion.sbuf
+psum = MemoryRegion.psum
+hbm = MemoryRegion.private_hbm
+shared_hbm = MemoryRegion.shared_hbm
+private_hbm = MemoryRegion.private_hbm
 _BUFFERS = (sbuf, psum) + HBM_BUFFERS
+_TRN2 = _cm.TRN2
 
 
 class tile_size:
-    """Hardware tile limits (trn2)."""
+    """Hardware tile size constants of the simulated NeuronCore-v3 (trn2)."""
 
-    pmax = 128
-    psum_fmax = 512
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    pmax = _TRN2.partitions
+    psum_fmax = psum_bank_fmax = _TRN2.psum_bank_bytes // 4       # fp32 elements per PSUM bank
+    psum_fmax_bytes = psum_bank_fmax_bytes = _TRN2.psum_bank_bytes
+    psum_num_banks = _TRN2.psum_banks
+    gemm_stationary_fmax = _TRN2.stationary_fmax
+    gemm_moving_fmax = _TRN2.moving_fmax
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
+    sbuf_size_bytes = _TRN2.sbuf_bytes_per_partition * _TRN2.partitions
+    # usable bytes per partition: the partition minus the 16392 bytes the runtime reserves
+    total_available_sbuf_size = sbuf_fmax_bytes = _TRN2.sbuf_bytes_per_partition - 16392
+    sbuf_fmax = total_available_sbuf_size // 4
+
+
+def is_hbm(x: Any) -> bool:
+    """True if `x` lives in HBM (nl.hbm / nl.private_hbm / nl.shared_hbm)."""
+    return _buffer_of(x) in HBM_BUFFERS
+
+
+def is_on_chip(x: Any) -> bool:
+    """True if `x` lives in SBUF or PSUM."""
+    return _buffer_of(x) in (sbuf, psum)
+
+
+def is_sbuf(x: Any) -> bool:
+    return _buffer_of(x) == sbuf
+
+
+def is_psum(x: Any) -> bool:
+    return _buffer_of(x) == psum
+
+
+def _buffer_of(x: Any) -> str:
+    """The memory region of a tensor, a tensor view (`hbm[...]`) or a region itself."""
+    tensor = getattr(x, "tensor", x)
+    return getattr(tensor, "buffer", x)
 
 
 # ----------------------------------------------------------------------------- elementwise math
@@ -70,6 +111,67 @@ add, subtract, multiply, divide = (_binary(n) for n in ("add", "subtract", "mult
 maximum, minimum, power = (_binary(n) for n in ("maximum", "minimum", "power"))
 equal, not_equal, greater, greater_equal = (_binary(n) for n in ("equal", "not_equal", "greater", "greater_equal"))
 less, less_equal, logical_and, logical_or = (_binary(n) for n in ("less", "less_equal", "logical_and", "logical_or"))
+tan, arctan, ceil, floor, trunc = (_unary(n) for n in ("tan", "arctan", "ceil", "floor", "trunc"))
+gelu_dx, gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx = (_unary(n) for n in ("gelu_dx", "gelu_apprx_sigmoid",
+                                                                          "gelu_apprx_sigmoid_dx"))
+silu_dx, mish, erf_dx, logical_not = (_unary(n) for n in ("silu_dx", "mish", "erf_dx", "logical_not"))
+fmod, mod, average, logical_xor = (_binary(n) for n in ("fmod", "mod", "average", "logical_xor"))
+
+
+def _integer_operands(name: str, operands: tuple) -> None:
+    for x in operands:
+        dt = x.dtype if isinstance(x, Tile) else np.asarray(x).dtype
+        if dt.kind not in "iub":
+            raise NKIError("bitwise-dtype", f"nl.{name} works on the bits of integer tiles, got {dt}: convert "
+                           f"with nl.copy(x, dtype=nl.int32) (or view the bits with x.view(nl.int32))")
+
+
+def _bitwise(name: str, arity: int) -> Callable[..., Tile]:
+    def op(*operands: Any, dtype: Any = None, mask: Any = None) -> Tile:
+        _integer_operands(name, operands)
+        if arity == 1:
+            return _ins.unary(name, operands[0], dtype)
+        return _ins.binary(name, operands[0], operands[1], dtype)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Elementwise {name} of integer tiles (VectorE)."
+    op._nki_op = name  # type: ignore[attr-defined]
+    return op
+
+
+bitwise_and, bitwise_or, bitwise_xor = (_bitwise(n, 2) for n in ("bitwise_and", "bitwise_or", "bitwise_xor"))
+left_shift, right_shift, invert = _bitwise("left_shift", 2), _bitwise("right_shift", 2), _bitwise("invert", 1)
+
+
+def _newer_core(name: str, generation: int) -> Callable[..., Tile]:
+    binary_op = _binary(name)
+
+    def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Tile:
+        _need_generation(f"nl.{name}", generation)
+        return binary_op(x, y, dtype)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Elementwise {name} (VectorE, NeuronCore-v{generation}+: trn3)."
+    op._nki_op = name  # type: ignore[attr-defined]
+    return op
+
+
+abs_max, abs_min = _newer_core("abs_max", 4), _newer_core("abs_min", 4)
+
+
+def bypass(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
+    """The input passed through unchanged (converted to `dtype`); as an operator (`op0=nl.bypass`)
+    the instruction step is skipped."""
+    return _ins.unary("copy", x, dtype, engine=_cm.VECTOR)
+
+
+bypass._nki_op = "bypass"  # type: ignore[attr-defined]
+
+
+def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Any = None) -> Tile:
+    """Parametric ReLU: x where x > 0, else alpha * x (ScalarE); alpha is a scalar or [P, 1] tile."""
+    return _ins.binary("prelu", x, alpha, dtype, engine=_cm.SCALAR)
+
+
+prelu._nki_op = "prelu"  # type: ignore[attr-defined]
 
 
 def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Tile:
@@ -92,6 +194,27 @@ max = _reduction("max", "maximum")
 min = _reduction("min", "minimum")
 mean = _reduction("mean", "mean")
 prod = _reduction("prod", "multiply")
+var = _reduction("var", "var")
+all = _reduction("all", "all")
+
+
+def rms_norm(x: Any, w: Any, axis: Any, n: int, epsilon: float = 1e-6, dtype: Any = None,
+             compute_dtype: Any = None, mask: Any = None) -> Tile:
+    """x / sqrt(sum(x^2 along axis) / n + epsilon) * w: square and sum (VectorE), rsqrt with scale
+    and bias (ScalarE), two multiplies (VectorE). dtype / compute_dtype set the result dtype."""
+    out_dtype = dtype if dtype is not None else compute_dtype if compute_dtype is not None else x.dtype
+    squares = _ins.binary("multiply", x, x, float32)
+    total = _ins.reduce("add", squares, axis, True, float32)
+    inv_rms = _ins.activation("rsqrt", total, bias=float(epsilon), scale=1.0 / n, dtype=float32)
+    return _ins.binary("multiply", _ins.binary("multiply", x, inv_rms, float32), w, out_dtype)
+
+
+def dropout(x: Any, rate: Any, dtype: Any = None, mask: Any = None) -> Tile:
+    """x with each element zeroed with probability `rate` (a scalar or one-element tile); kept
+    elements are not rescaled (VectorE, the engine's random generator: see nl.random_seed)."""
+    if isinstance(rate, Tile) and rate.size == 1:
+        rate = float(rate.data.reshape(-1)[0])
+    return _prng.dropout(x, rate, dtype=dtype)
 
 
 def softmax(x: Any, axis: int = -1, dtype: Any = None, mask: Any = None) -> Tile:
@@ -123,7 +246,7 @@ def ndarray(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
         def make() -> Tile:
             return Tile(np.zeros(shape, dt), dt, buffer, name or "hbm_tensor")
         return current().shared_hbm(make) if buffer == shared_hbm else make()
-    return _ins.new_tile(np.zeros(shape, np.float32), dt, buffer, name)
+    return _ins.new_tile(np.zeros(shape, dt), dt, buffer, name)  # zeros of dt: also packed MX x4 dtypes
 
 
 def full(shape: Any, fill_value: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
@@ -145,6 +268,45 @@ def ones(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
 
 def zeros_like(a: Any, dtype: Any = None, buffer: str = sbuf, name: str = "") -> Tile:
     return zeros(a.shape, dtype if dtype is not None else a.dtype, buffer, name)
+
+
+def empty_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "") -> Tile:
+    """A new tensor with `a`'s shape, dtype and buffer unless given (contents undefined: zero here)."""
+    return ndarray(a.shape, dtype if dtype is not None else a.dtype, buffer if buffer is not None else a.buffer,
+                   name)
+
+
+def shared_constant(constant: Any, dtype: Any = None) -> Tile:
+    """A shared-HBM tensor holding `constant` (a numpy array, or the path of a .npy file), converted
+    to `dtype` when given; every program of a grid sees the same tensor."""
+    values = np.load(constant) if isinstance(constant, (str, os.PathLike)) else np.asarray(constant)
+    dt = as_dtype(dtype if dtype is not None else values.dtype)
+    tensor = ndarray(values.shape, dt, shared_hbm, "shared_constant")
+    tensor.data[...] = _ins._round(values, dt)
+    return tensor
+
+
+def shared_identity_matrix(n: int, dtype: Any = uint8, dst: Any = None) -> Tile:
+    """An [n, n] identity matrix in SBUF (new, or written into `dst`; GpSimd iota)."""
+    eye = np.arange(n)[:, None] == np.arange(n)[None, :]
+    return _ins.iota(eye.astype(np.int32), as_dtype(dtype), dst)
+
+
+def rand(shape: Any, dtype: Any = float32, buffer: Any = sbuf, name: str = "") -> Tile:
+    """A new tile of uniform random values in [0, 1): 32 random bits per element from the VectorE
+    generator (nisa.rng), of which the top 24 are scaled by 2^-24 (VectorE)."""
+    bits = _prng.rng(ndarray(shape, uint32, buffer, name))
+    out = _ins.emit((bits.data >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24), as_dtype(dtype),
+                    None, "rand", buffer)
+    _ins._record_lanes(_cm.VECTOR, "tensor_scalar[right_shift,multiply]", out.shape, out.dtype)
+    return out
+
+
+def random_seed(seed: Any, mask: Any = None) -> None:
+    """Seed the random generator of nl.rand / nl.dropout: a [1, 1] 32-bit tile (or an int)."""
+    if not isinstance(seed, Tile):
+        seed = full((1, 1), int(seed), int32)
+    _prng.set_rng_seed(seed)
 
 
 def copy(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
@@ -199,24 +361,88 @@ def static_range(*args: int) -> range:
     return range(*args)
 
 
+def dynamic_range(start: Any, stop: Any = None, step: int = 1) -> range:
+    """Loop run on the device with runtime bounds: ints, one-element tiles or registers (the
+    simulator reads their values when the loop starts)."""
+    if stop is None:
+        start, stop = 0, start
+    return range(_scalar_value(start, "dynamic_range"), _scalar_value(stop, "dynamic_range"), _static_step(step))
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[int], Any], step: int = 1) -> None:
+    """Compiled loop: body_fun(i) for i in range(lower, upper, step); the bounds may be runtime
+    values (read when the loop starts); loop state lives in SBUF / HBM."""
+    for i in range(_scalar_value(lower, "fori_loop"), _scalar_value(upper, "fori_loop"), _static_step(step)):
+        body_fun(i)
+
+
+def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
+    """Compiled while loop: r = init; while r != 0: r = body_fun(r) (r an int, one-element tile or
+    register, read before each iteration)."""
+    condition = init
+    while _scalar_value(condition, "while_loop condition") != 0:
+        condition = body_fun(condition)
+
+
+def _static_step(step: Any) -> int:
+    if not isinstance(step, (int, np.integer)) or step < 1:
+        raise NKIError("loop-step", f"the step of a compiled loop is a compile-time positive int, got {step!r}")
+    return int(step)
+
+
+@contextlib.contextmanager
+def no_reorder() -> Iterator[None]:
+    """Block whose instructions the compiler keeps in program order; the simulator always runs
+    instructions in program order, so it has no effect."""
+    yield
+
+
+def device_print(prefix: str, x: Any, mask: Any = None) -> None:
+    """Print `prefix` and the values of a tile or tensor (on the host, when the instruction runs)."""
+    values = x.read() if hasattr(x, "resolve") else np.asarray(getattr(x, "data", x))
+    print(prefix, values.astype(x.dtype) if isinstance(x, Tile) else values, flush=True)
+
+
 # ----------------------------------------------------------------------------- index expressions
 def arange(*args: int) -> np.ndarray:
     """Index expression: nl.arange(128)[:, None] indexes partitions, nl.arange(512)[None, :] the free axis."""
     return np.arange(*args)
 
 
-def ds(start: int, size: int) -> slice:
-    """Dynamic slice of `size` elements starting at `start`."""
+def ds(start: Any, size: int) -> slice:
+    """Dynamic slice of `size` elements starting at `start` (an int, or a runtime value read now: a
+    nisa.VirtualRegister or a one-element tile)."""
+    start = start if isinstance(start, int) else _scalar_value(start, "nl.ds start")
     return slice(start, start + size)
 
 
-class _Grid:
-    """nl.mgrid[0:128, 0:512] -> object with .p (partition) and .x (free) index expressions."""
+def expand_dims(data: Any, axis: int) -> Any:
+    """A view of `data` with a new size-1 dimension at `axis` (no copy; not the partition axis of an
+    on-chip tile)."""
+    return data.expand_dim(axis)
 
-    def __getitem__(self, key: Any) -> Any:
-        grids = np.ogrid[key]
-        names = ("p", "x", "y", "z")
-        return type("IndexGrid", (), dict(zip(names, grids)))
+
+def broadcast_to(src: Any, shape: Any) -> Tile:
+    """A new tile holding `src` broadcast to `shape` with numpy rules (a VectorE copy)."""
+    return src.broadcast_to(shape)
+
+
+class _IndexGrid(tuple):
+    """The index expressions of nl.mgrid: unpack them (`i_p, i_f = nl.mgrid[0:128, 0:512]`) or
+    read them as .p (partition), .x, .y, .z (free axes)."""
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        axes = ("p", "x", "y", "z")
+        if name in axes[:len(self)]:
+            return self[axes.index(name)]
+        raise AttributeError(f"the index grid has {len(self)} axes: no .{name}")
+
+
+class _Grid:
+    """nl.mgrid[0:128, 0:512]: broadcastable index expressions, one per axis."""
+
+    def __getitem__(self, key: Any) -> _IndexGrid:
+        return _IndexGrid(np.ogrid[key if isinstance(key, tuple) else (key,)])
 
 
 mgrid = _Grid()

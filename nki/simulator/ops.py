@@ -30,6 +30,28 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
 
 
+_GELU_SIGMOID = np.float32(1.702)  # GELU ~ x * sigmoid(1.702 x)
+
+
+def _gelu_dx(x: np.ndarray) -> np.ndarray:
+    # d/dx x*Phi(x) = Phi(x) + x*phi(x)
+    return 0.5 * (1.0 + _erf(x * _SQRT_HALF)) + x * np.exp(-0.5 * x * x) * np.float32(1.0 / np.sqrt(2.0 * np.pi))
+
+
+def _gelu_sigmoid_dx(x: np.ndarray) -> np.ndarray:
+    s = _sigmoid(_GELU_SIGMOID * x)
+    return s + _GELU_SIGMOID * x * s * (1.0 - s)
+
+
+def _silu_dx(x: np.ndarray) -> np.ndarray:
+    s = _sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(np.zeros((), x.dtype), x)
+
+
 # name -> (fp32 function, engine it runs on as a standalone nl call)
 UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
     "exp": (np.exp, SCALAR), "log": (np.log, SCALAR), "sin": (np.sin, SCALAR),
@@ -38,10 +60,18 @@ UNARY: dict[str, tuple[Callable[[np.ndarray], np.ndarray], str]] = {
     "relu": (lambda x: np.maximum(x, np.zeros((), x.dtype)), SCALAR),
     "gelu": (lambda x: 0.5 * x * (1.0 + _erf(x * _SQRT_HALF)), SCALAR),
     "gelu_apprx_tanh": (_gelu_tanh, SCALAR), "silu": (lambda x: x * _sigmoid(x), SCALAR),
-    "erf": (_erf, SCALAR), "softplus": (lambda x: np.logaddexp(np.zeros((), x.dtype), x), SCALAR),
+    "erf": (_erf, SCALAR), "softplus": (_softplus, SCALAR),
     "square": (np.square, SCALAR), "copy": (lambda x: x, SCALAR),
     "abs": (np.abs, VECTOR), "negative": (np.negative, VECTOR),
     "reciprocal": (lambda x: 1.0 / x, VECTOR), "sign": (np.sign, VECTOR),
+    # activation functions (and their derivatives, for backward kernels) of nki.language
+    "gelu_dx": (_gelu_dx, SCALAR), "gelu_apprx_sigmoid": (lambda x: x * _sigmoid(_GELU_SIGMOID * x), SCALAR),
+    "gelu_apprx_sigmoid_dx": (_gelu_sigmoid_dx, SCALAR), "silu_dx": (_silu_dx, SCALAR),
+    "mish": (lambda x: x * np.tanh(_softplus(x)), SCALAR),
+    "erf_dx": (lambda x: np.float32(2.0 / np.sqrt(np.pi)) * np.exp(-x * x), SCALAR),
+    "tan": (np.tan, SCALAR), "arctan": (np.arctan, SCALAR),
+    "ceil": (np.ceil, VECTOR), "floor": (np.floor, VECTOR), "trunc": (np.trunc, VECTOR),
+    "logical_not": (np.logical_not, VECTOR), "invert": (np.invert, VECTOR),
 }
 
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -55,15 +85,20 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "bitwise_xor": np.bitwise_xor, "abs_max": lambda a, b: np.maximum(np.abs(a), np.abs(b)),
     "abs_min": lambda a, b: np.minimum(np.abs(a), np.abs(b)),
     "bypass": lambda a, b: a,  # the step is skipped: its left operand passes through
+    "fmod": np.fmod, "mod": np.mod, "average": lambda a, b: (a + b) / 2,
+    "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "prelu": lambda x, alpha: np.where(x > 0, x, alpha * x),  # ScalarE activation with parameter alpha
 }
 # Ops that stay in integer arithmetic when every operand is an integer.
 INTEGER_CLOSED = {"add", "subtract", "multiply", "maximum", "minimum", "equal", "not_equal",
                   "greater", "greater_equal", "less", "less_equal", "abs", "negative", "copy",
                   "square", "logical_and", "logical_or", "sign", "logical_xor", "bitwise_and",
-                  "bitwise_or", "bitwise_xor", "abs_max", "abs_min", "bypass"}
+                  "bitwise_or", "bitwise_xor", "abs_max", "abs_min", "bypass",
+                  "fmod", "mod", "left_shift", "right_shift", "invert", "logical_not"}
 
 REDUCE: dict[str, Callable[..., np.ndarray]] = {
     "add": np.sum, "maximum": np.max, "minimum": np.min, "multiply": np.prod, "mean": np.mean,
+    "var": np.var, "all": np.all,
 }
 
 _ALIASES = {"absolute": "abs", "true_divide": "divide", "max": "maximum", "min": "minimum",

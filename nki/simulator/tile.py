@@ -6,6 +6,7 @@ float32 storage and are rounded to their dtype when stored to HBM.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,8 +14,31 @@ import numpy as np
 
 from ..errors import NKIError
 from . import rules
+from .views import TensorViews
 
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
+
+
+class MemoryRegion(enum.StrEnum):
+    """Memory region constants for NKI tensors (`nl.sbuf`, ...); each equals its name as a string."""
+
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
+
+
+# Buffer names a tensor may be created with -> its region ("hbm" is private HBM, as nl.hbm).
+_REGIONS = {**{r.value: r for r in MemoryRegion}, "hbm": MemoryRegion.private_hbm}
+
+
+class NKIObject:
+    """Base class for NKI kernel dataclasses and configuration objects: keyword arguments become
+    attributes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key, value in kwargs.items():
+            setattr(self, key, value)
 
 
 @dataclass
@@ -101,8 +125,25 @@ def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None) -> I
     return Index(tuple(checked), tuple(out_shape), False, full_mask)
 
 
-class Tile:
-    """A tensor in SBUF, PSUM or HBM; on-chip views alias the tile they index."""
+def _on_chip_key(key: Any, shape: tuple[int, ...], owner: str) -> Any:
+    """On-chip tensors stay at least 2-D: an integer partition index keeps dim 0 (size 1), and an
+    integer free index that would leave fewer than two dims keeps its dim (size 1) too. Index
+    expressions keep numpy semantics."""
+    key = list(_normalize(key, shape, owner))
+    if any(isinstance(k, np.ndarray) for k in key):
+        return tuple(key)
+    ints = [d for d, k in enumerate(key) if _is_int(k)]
+    keep = [0] if 0 in ints else []
+    if ints and ints[-1] != 0 and len(shape) - len(ints) + len(keep) < 2:
+        keep.append(ints[-1])
+    for d in keep:
+        key[d] = slice(int(key[d]), int(key[d]) + 1)
+    return tuple(key)
+
+
+class Tile(NKIObject, TensorViews):
+    """A tensor in SBUF, PSUM or HBM: the published NkiTensor (`nl.NkiTensor`). Views (indexing and
+    the TensorViews methods) share the storage of the allocation they come from."""
 
     __array_ufunc__ = None  # make numpy defer to Tile's reflected operators
     __hash__ = object.__hash__
@@ -110,15 +151,23 @@ class Tile:
     def __init__(self, data: np.ndarray, dtype: np.dtype, buffer: str, name: str = "",
                  readonly: bool = False, base: Tile | None = None, key: Any = None,
                  index: Index | None = None) -> None:
+        if base is None and buffer not in HBM_BUFFERS and not (data.flags.c_contiguous and data.flags.owndata):
+            data = np.array(data, order="C")  # an allocation owns its memory (results may alias operands)
         self.data = data
         self.dtype = dtype
-        self.buffer = buffer
+        self.buffer = _REGIONS.get(buffer, buffer)
         self.name = name
         self.readonly = readonly
         self._base = base          # tile this one is a view of (keeps it alive)
+        self._root_of_view = None if base is None else base._root  # (no self-reference: tiles die with refcounts)
         self._key = key            # the user's key object, to spot `t[k] op= v`
         self._index = index
         self._from_matmul = False  # fresh matmul result: `psum += it` is accumulation, no copy
+
+    @property
+    def _root(self) -> Tile:
+        """The allocation this tensor views (itself for an allocation)."""
+        return self if self._root_of_view is None else self._root_of_view
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -136,13 +185,24 @@ class Tile:
     def is_hbm(self) -> bool:
         return self.buffer in HBM_BUFFERS
 
+    @property
+    def on_chip(self) -> bool:
+        return self.buffer not in HBM_BUFFERS
+
+    @property
+    def _copied(self) -> bool:
+        """Indexed by index expressions: its data is a gathered copy, written back on write."""
+        return self._index is not None and not self._index.basic
+
     def __repr__(self) -> str:
-        return f"Tile({self.buffer}, shape={self.shape}, dtype={self.dtype}{', ' + self.name if self.name else ''})"
+        name = f", {self.name}" if self.name else ""
+        return f"NkiTensor({self.buffer}, shape={self.shape}, dtype={self.dtype}{name})"
 
     def __getitem__(self, key: Any) -> Any:
         if self.is_hbm:
             return AccessPattern(self, key)
-        index = resolve(self.shape, key, f"{self.buffer.upper()} tile")
+        owner = f"{self.buffer.upper()} tile"
+        index = resolve(self.shape, _on_chip_key(key, self.shape, owner), owner)
         return Tile(self.data[index.key], self.dtype, self.buffer, base=self, key=key, index=index)
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -153,28 +213,54 @@ class Tile:
                            f"nisa.dma_copy, not by item assignment")
         _ins.assign(self, key, value)
 
-    def write(self, key: tuple, values: np.ndarray) -> None:
+    def write(self, key: Any, values: np.ndarray) -> None:
         """Store already-rounded `values` at numpy `key` and propagate to the viewed tile."""
+        if not self.data.flags.writeable:
+            raise NKIError("broadcast-write", f"{self!r} is a broadcast view (stride 0) and cannot be written: "
+                           f"write the tensor it broadcasts")
         self.data[key] = values
         self._writeback()
 
     def _writeback(self) -> None:
-        if self._base is not None and not self._index.basic:
+        """Views share memory with their base, except gathered copies, which store back into it."""
+        if self._base is None:
+            return
+        if self._copied:
             self._base.write(self._index.key, self.data)
+        else:
+            self._base._writeback()
 
-    def reshape(self, shape: tuple[int, ...]) -> Tile:
-        """A reshaped view of an HBM tensor (no copy)."""
-        if not self.is_hbm:
-            raise NKIError("reshape-on-chip", "only HBM tensors can be reshaped")
-        view = self.data.view()
-        try:
-            view.shape = tuple(shape)
-        except (AttributeError, ValueError) as exc:
-            raise NKIError("reshape", f"cannot view {self.name} {self.shape} as {shape}: {exc}") from exc
-        return Tile(view, self.dtype, self.buffer, self.name, self.readonly)
+    def _view(self, data: np.ndarray, dtype: np.dtype | None = None) -> Tile:
+        return Tile(data, self.dtype if dtype is None else dtype, self.buffer, self.name, self.readonly, base=self)
+
+    def _storage(self) -> tuple[np.ndarray, int]:
+        """The root allocation as a flat array and this view's element offset in it."""
+        root = self._root.data
+        if not root.flags.c_contiguous:
+            raise NKIError("view-layout", f"'{self.name}' is a non-contiguous array argument: its storage cannot "
+                           f"be addressed by offsets (pass a contiguous array)")
+        data = self._layout()
+        offset = data.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return root.reshape(-1), offset // root.itemsize
+
+    def _root_partitions(self) -> int:
+        return self._root.shape[0]
 
     def broadcast_to(self, shape: tuple[int, ...]) -> Tile:
+        """A new tile holding this one broadcast numpy-style to `shape` (a VectorE copy)."""
         return _ins.broadcast(self, tuple(shape))
+
+    def astype(self, dtype: Any) -> Tile:
+        """A copy converted to `dtype` (a VectorE copy)."""
+        return _ins.copy(self, dtype)
+
+    def indirect(self, index: Any, num_elem: int | None = None) -> Tile:
+        raise NKIError("unsupported-feature", "NkiTensor.indirect (tensor indirection, NeuronCore-v4) is not "
+                       "simulated: gather with an indirect DMA")
+
+    def vector_select(self, dim: int, vector_offset: Any) -> Tile:
+        raise NKIError("unsupported-feature", "NkiTensor.vector_select (per-partition indirect rows) is not "
+                       "simulated: gather the rows with an indirect DMA")
 
     # Python operators are VectorE instructions.
     def __add__(self, o: Any) -> Tile: return _ins.binary("add", self, o)
@@ -209,6 +295,21 @@ class AccessPattern:
         self.key = key
         self.dtype = tensor.dtype
 
+    def __getattr__(self, name: str) -> Any:
+        # The NkiTensor attributes and view methods of `hbm[key]`: those of the view it selects.
+        if name in _TENSOR_API:
+            return getattr(self.view_tensor(), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def view_tensor(self) -> Tile:
+        """`tensor[key]` as a view tensor sharing the HBM storage (ints, slices and ds only)."""
+        index = self.resolve()
+        if not index.basic:
+            raise NKIError("view-layout", f"{self._owner()} indexed by index expressions is not a strided view: "
+                           f"use ints, slices or nl.ds to take views of it")
+        return Tile(self.tensor.data[index.key], self.dtype, self.tensor.buffer, self.tensor.name,
+                    self.tensor.readonly, base=self.tensor)
+
     @property
     def shape(self) -> tuple[int, ...]:
         return self.resolve().shape
@@ -228,6 +329,9 @@ class AccessPattern:
 
     def write(self, values: np.ndarray, mask: Any = None) -> None:
         rules.check_writable(self.tensor)
+        if not self.tensor.data.flags.writeable:
+            raise NKIError("broadcast-write", f"{self._owner()} is a broadcast view (stride 0) and cannot be "
+                           f"written: write the tensor it broadcasts")
         index = self.resolve(mask)
         values = np.broadcast_to(values, index.shape)
         if index.mask is None:
@@ -236,6 +340,8 @@ class AccessPattern:
             self.tensor.data[tuple(k[index.mask] for k in index.key)] = values[index.mask]
 
 
+
+_TENSOR_API = frozenset(n for n in dir(Tile) if not n.startswith("_")) - {"write", "dtype", "shape"}
 
 # The instruction set that Tile's operators and assignments run (nki.simulator.instructions).
 # It sits above tiles and binds itself here when it is imported, so tiles import nothing of it.
