@@ -21,10 +21,33 @@ float32 = np.dtype(np.float32)
 float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+# Microscaling (MX): the shared scale of a group of 32 values is a biased power-of-two exponent (E8M0).
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)
+
+
+def _packed_x4(name: str, container: type) -> np.dtype:
+    # A distinct dtype per packed format (a one-field record named after it): an unsigned container
+    # holding four elements, element q in bits [q*bits, (q+1)*bits). It is neither float nor integer
+    # to the engines: only quantize_mx / nc_matmul_mx interpret it; DMA copies its bits.
+    return np.dtype([(name, container)])
+
+
+# Four fp8 elements in 32 bits / four fp4 elements in 16 bits: MX data for nki.isa.nc_matmul_mx.
+float8_e4m3fn_x4 = _packed_x4("float8_e4m3fn_x4", np.uint32)
+float8_e5m2_x4 = _packed_x4("float8_e5m2_x4", np.uint32)
+float4_e2m1fn_x4 = _packed_x4("float4_e2m1fn_x4", np.uint16)
+PACKED_X4 = {float8_e4m3fn_x4: float8_e4m3fn, float8_e5m2_x4: float8_e5m2, float4_e2m1fn_x4: float4_e2m1fn}
 
 SUPPORTED = (bool_, int8, int16, int32, uint8, uint16, uint32,
-             float16, bfloat16, float32, float8_e4m3, float8_e4m3fn, float8_e5m2)
-FLOAT8 = (float8_e4m3, float8_e4m3fn, float8_e5m2)
+             float16, bfloat16, float32, float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu,
+             *PACKED_X4)
+FLOAT8 = (float8_e4m3, float8_e4m3fn, float8_e5m2, float8_e8m0fnu)
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The NKI name of a dtype (a packed x4 record dtype by its format name)."""
+    return dtype.names[0] if dtype in PACKED_X4 else str(dtype)
 
 
 def is_float(dtype: np.dtype) -> bool:
@@ -44,7 +67,7 @@ def as_dtype(dtype: Any, what: str = "dtype") -> np.dtype:
                        f"x.astype(np.float32) / tensor.float() or np.int32 / tensor.int()")
     if dt not in SUPPORTED:
         raise NKIError("unsupported-dtype", f"{what} {dt} is not a kernel dtype "
-                       f"(supported: {', '.join(str(d) for d in SUPPORTED)})")
+                       f"(supported: {', '.join(dtype_name(d) for d in SUPPORTED)})")
     return dt
 
 
