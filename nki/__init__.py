@@ -7,9 +7,11 @@
     nki.simulate(kernel)(x, out)        # or kernel(x, out) / kernel[grid](x, out)
     nki.simulator.last_report()         # estimated engine times of that run
 """
-from . import isa, language, launchers, simulator
+from . import collectives, compiler, isa, language, launchers, simulator, typing
+from .benchmark import benchmark
 from .errors import NKIError
-from .jit import Kernel, jit, simulate, simulate_kernel
+from .jit import Kernel, baremetal, jit, simulate, simulate_kernel
+from .typing import tensor
 
-__all__ = ["jit", "simulate", "simulate_kernel", "Kernel", "NKIError", "language", "isa",
-           "simulator", "launchers"]
+__all__ = ["jit", "simulate", "simulate_kernel", "baremetal", "benchmark", "tensor", "Kernel", "NKIError",
+           "language", "isa", "collectives", "compiler", "typing", "simulator", "launchers"]

@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import NKIError
 from .simulator import (
+    cross_core as _cross_core,
     indexing as _indexing,
     instructions as _ins,
     lane_compute as _lane,
@@ -402,6 +403,27 @@ def rand_get_state(dst: Any = None, engine: Any = engine.unknown, name: str | No
 
 
 # ----------------------------------------------------------------------------- cross-core
+class dma_engine(enum.Enum):
+    """DMA transfer engine of `sendrecv` (no effect on simulated results)."""
+
+    dma = 0         # shared DMA with CoreBarrier synchronization
+    gpsimd_dma = 1  # GpSimd's internal DMA engine for SBUF-to-SBUF swaps
+
+
+def sendrecv(src: Any = None, dst: Any = None, send_to_rank: Any = None, recv_from_rank: Any = None,
+             pipe_id: Any = None, dma_engine: Any = dma_engine.dma, name: str | None = None) -> None:
+    """Send the SBUF tile `src` to the `dst` of core `send_to_rank` and receive core `recv_from_rank`'s
+    into this core's `dst` (the 2 cores of a logical core: `kernel[2]`, ranks 0 and 1). The n-th
+    sendrecv of each core pairs up; `pipe_id` and `dma_engine` have no effect on results."""
+    _need("sendrecv", src=src, dst=dst, send_to_rank=send_to_rank, recv_from_rank=recv_from_rank)
+    _cross_core.sendrecv(src, dst, send_to_rank, recv_from_rank)
+
+
+def core_barrier(data: Any = None, cores: Any = None, engine: Any = engine.gpsimd, name: str | None = None) -> None:
+    """Wait until both cores of `cores` (only (0, 1)) reach this barrier, so that their writes to the
+    shared HBM tensor `data` are done before either reads it."""
+    _need("core_barrier", data=data, cores=cores)
+    _cross_core.core_barrier(data, cores, _engine(engine, GPSIMD))
 
 
 # ----------------------------------------------------------------------------- target

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from importlib import import_module
 from typing import Any, Callable
@@ -10,10 +11,15 @@ import ml_dtypes
 import numpy as np
 
 from . import launchers
+from .errors import NKIError
 from .simulator import engine
 
 _TORCH_TO_ML = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
                 "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+# `platform_target=` / NEURON_PLATFORM_TARGET_OVERRIDE values -> simulated generation
+PLATFORM_TARGETS = {"trn2": "trn2", "gen3": "trn2", "trn3": "trn3", "gen4": "trn3"}
 
 
 class Kernel:
@@ -31,21 +37,67 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return _launch(self, args, kwargs, ())
 
-    def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        grid = engine.normalize_grid(grid)
-        return lambda *args, **kwargs: _launch(self, args, kwargs, grid)
+    def __getitem__(self, grid: Any) -> Gridded:
+        return Gridded(self, engine.normalize_grid(grid))
 
     def __repr__(self) -> str:
         return f"<nki.jit kernel {self.func.__qualname__}>"
 
 
-def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """Decorator: `@nki.jit` or `@nki.jit(fp32_compute=True)`; unknown published-NKI options
-    (mode=..., platform_target=...) are accepted and ignored."""
+class Gridded:
+    """`kernel[grid]`: the kernel launched on an SPMD grid (``kernel[2]``: the 2 cores of a logical
+    NeuronCore; ``kernel[nl.nc(2), 4]``)."""
+
+    def __init__(self, kernel: Kernel, grid: tuple[int, ...]) -> None:
+        self.kernel, self.grid, self.func = kernel, grid, kernel.func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _launch(self.kernel, args, kwargs, self.grid)
+
+    def __repr__(self) -> str:
+        return f"{self.kernel!r}[{', '.join(map(str, self.grid))}]"
+
+
+def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **options: Any) -> Any:
+    """Decorator: `@nki.jit` or `@nki.jit(platform_target="trn3", fp32_compute=True)`.
+
+    `platform_target` ("trn2"/"gen3", "trn3"/"gen4"; default: NEURON_PLATFORM_TARGET_OVERRIDE, else
+    trn2) selects the simulated generation (as `hardware=` does); `fp32_compute` is the simulator's.
+    `mode` and the other published options (show_compiler_tool_output, additional_compile_opt,
+    debug_kernel, compile_config, specialization_config, ...) are accepted and have no effect: every
+    call runs on the simulator, or on the launcher of its tensors' device."""
     sim_options = {k: v for k, v in options.items() if k in ("fp32_compute", "hardware")}
+    if options.get("platform_target") is not None:
+        sim_options["hardware"] = platform_hardware(options["platform_target"])
     if func is None:
         return lambda f: Kernel(f, **sim_options)
     return Kernel(func, **sim_options)
+
+
+def platform_hardware(target: str) -> str:
+    """The simulated generation of a published platform target name."""
+    name = str(target).lower()
+    if name not in PLATFORM_TARGETS:
+        raise NKIError("platform-target", f"platform target {target!r} is not simulated: use one of "
+                       f"{sorted(PLATFORM_TARGETS)} (trn1/inf2 NeuronCore-v2 is not modelled)", "<launch>")
+    return PLATFORM_TARGETS[name]
+
+
+def _run_options(kernel: Any) -> dict[str, Any]:
+    """The kernel's simulator options, with the platform target of the environment by default."""
+    options = dict(getattr(kernel, "options", {}))
+    override = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE")
+    if "hardware" not in options and override:
+        options["hardware"] = platform_hardware(override)
+    return options
+
+
+def _default_grid(grid: tuple[int, ...]) -> tuple[int, ...]:
+    """A launch without a grid runs on the NEURON_LOGICAL_NC_CONFIG cores of the logical core (1)."""
+    if grid:
+        return grid
+    lnc = int(os.environ.get("NEURON_LOGICAL_NC_CONFIG", "1") or 1)
+    return (lnc,) if lnc > 1 else ()
 
 
 class _Simulated:
@@ -55,27 +107,44 @@ class _Simulated:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         np_args = [to_numpy(a) for a in args]
         np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}
-        result, _ = engine.run(self.kernel, np_args, np_kwargs, self.grid, **self.options)
+        result, _ = engine.run(self.kernel, np_args, np_kwargs, _default_grid(self.grid), **self.options)
         return result
 
     def __getitem__(self, grid: Any) -> _Simulated:
         return _Simulated(self.kernel, engine.normalize_grid(grid), self.options)
 
 
-def simulate(kernel: Any, *, fp32_compute: bool = False, hardware: str = "trn2") -> _Simulated:
-    """`nki.simulate(kernel)(*args)`: run on the simulator (numpy arrays / CPU tensors, in place)
-    and return the kernel's return value as numpy arrays. `fp32_compute=True` keeps on-chip tiles
-    in fp32 (faster) and rounds only when storing to HBM. The RunReport is
-    `nki.simulator.last_report()`."""
-    return _Simulated(kernel, (), {"fp32_compute": fp32_compute, "hardware": hardware})
+def simulate(kernel: Any, *, fp32_compute: bool = False, hardware: str | None = None) -> _Simulated:
+    """`nki.simulate(kernel)(*args)` / `nki.simulate(kernel[2])(*args)`: run on the simulator
+    (numpy arrays / CPU tensors, in place) and return the kernel's return value as numpy arrays.
+    `fp32_compute=True` keeps on-chip tiles in fp32 (faster) and rounds only when storing to HBM.
+    The RunReport is `nki.simulator.last_report()`."""
+    kernel, grid = (kernel.kernel, kernel.grid) if isinstance(kernel, Gridded) else (kernel, ())
+    options = _run_options(kernel)
+    options["fp32_compute"] = fp32_compute or options.get("fp32_compute", False)
+    if hardware is not None:
+        options["hardware"] = hardware
+    return _Simulated(kernel, grid, options)
 
 
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
-    """Published-NKI spelling: `nki.simulate_kernel(kernel, *args)`."""
+    """Published-NKI spelling (SDK 2.26 and earlier): `nki.simulate_kernel(kernel, *args, **kwargs)`
+    runs the kernel (or `kernel[grid]`) on the simulator and returns its outputs as numpy arrays."""
     return simulate(kernel)(*args, **kwargs)
 
 
+def baremetal(kernel: Any = None, **options: Any) -> Any:
+    """Published-NKI decorator (SDK 2.26 and earlier): ``nki.baremetal(kernel)(*arrays)`` or
+    ``@nki.baremetal(save_neff_name=...)`` runs the kernel (or ``kernel[grid]``) on numpy arrays and
+    returns its outputs as numpy arrays. The compile and trace options (save_neff_name,
+    save_trace_name, additional_compile_opt, artifacts_dir) have no effect: nothing is compiled."""
+    if kernel is None:
+        return lambda k: baremetal(k, **options)
+    return simulate(kernel if isinstance(kernel, (Kernel, Gridded)) else Kernel(kernel))
+
+
 def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) -> Any:
+    grid = _default_grid(grid)
     if _has_fake_tensor(list(args) + list(kwargs.values())):  # tracing (fake impls, compile)
         return import_module("nki.device").fake_launch(kernel, args, kwargs, grid)
     device = _foreign_device(list(args) + list(kwargs.values()))
@@ -90,7 +159,7 @@ def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) ->
         return launcher(kernel, args, kwargs, grid)
     np_args = [to_numpy(a) for a in args]
     np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}
-    result, _ = engine.run(kernel, np_args, np_kwargs, grid, **kernel.options)
+    result, _ = engine.run(kernel, np_args, np_kwargs, grid, **_run_options(kernel))
     originals = {id(n): a for n, a in zip(np_args + list(np_kwargs.values()),
                                           list(args) + list(kwargs.values())) if n is not a}
     return _to_torch(result, originals) if originals else result

@@ -15,35 +15,47 @@ _local = threading.local()
 
 
 class RunContext:
-    """One `run()` call: grid position, on-chip allocation accounting and the report."""
+    """One program of a `run()` call: grid position, on-chip allocation accounting, the report
+    (shared by all programs of the launch) and the launch it belongs to (`nki.simulator.spmd`)."""
 
     def __init__(self, kernel_name: str, config: HardwareConfig, grid: tuple[int, ...],
-                 fp32_compute: bool) -> None:
+                 fp32_compute: bool, *, report: RunReport | None = None, launch: Any = None,
+                 rank: int = 0, program_id: tuple[int, ...] | None = None) -> None:
         self.config = config
         self.grid = grid
         self.fp32_compute = fp32_compute
-        self.program_id: tuple[int, ...] = tuple(0 for _ in grid)
-        self.report = RunReport(kernel_name, grid, config)
+        self.program_id: tuple[int, ...] = program_id if program_id is not None else tuple(0 for _ in grid)
+        self.report = report if report is not None else RunReport(kernel_name, grid, config)
+        if launch is None:
+            from .spmd import Launch  # a context of its own (tests, tools) is a launch of one program
+            launch = Launch(1)
+        self.launch = launch
+        self.rank = rank  # row-major index of the program in the grid: its rank for cross-core instructions
+        self.cross_core_calls: dict[Any, int] = {}  # (instruction kind, group) -> calls so far (pairs them up)
         self.sbuf_bytes = 0
         self.psum_banks = 0
         self.registers: dict[str, Any] = {}  # engine -> per-partition reduction registers
         self.rng_states: dict[str, Any] = {}  # engine -> per-lane PRNG state words (nki.simulator.prng)
         self.loop_reductions: dict[str, Any] = {}  # kernel line -> running nl.loop_reduce result
-        # shared_hbm tensors are shared by all SPMD programs: the n-th allocation of every
-        # program returns the same tensor.
-        self._shared_hbm: list[Any] = []
-        self._shared_hbm_next = 0
-
-    def begin_program(self, program_id: tuple[int, ...]) -> None:
-        self.program_id = program_id
+        self.scalar_registers: list[int | None] = []  # nisa.VirtualRegister slot -> value (None: unset)
         self._shared_hbm_next = 0
 
     def shared_hbm(self, make: Any) -> Any:
-        if self._shared_hbm_next == len(self._shared_hbm):
-            self._shared_hbm.append(make())
-        tensor = self._shared_hbm[self._shared_hbm_next]
+        """shared_hbm tensors are shared by all programs of the launch: the n-th allocation of every
+        program returns the same tensor."""
+        tensors = self.launch.shared_hbm
+        if self._shared_hbm_next == len(tensors):
+            tensors.append(make())
+        tensor = tensors[self._shared_hbm_next]
         self._shared_hbm_next += 1
         return tensor
+
+    def next_call(self, kind: Any) -> int:
+        """Position of this call among the program's cross-core calls of `kind`: the n-th calls of
+        the programs of a group meet."""
+        n = self.cross_core_calls.get(kind, 0)
+        self.cross_core_calls[kind] = n + 1
+        return n
 
     def allocate(self, tile: Any, buffer: str, bytes_per_partition: int) -> None:
         """Account an on-chip tile until it is garbage collected (tiles are live while referenced)."""
@@ -103,6 +115,10 @@ def push(ctx: RunContext) -> RunContext | None:
 def pop(ctx: RunContext, previous: RunContext | None) -> None:
     _local.ctx = previous
     _local.last_report = ctx.report
+
+
+def set_last_report(report: RunReport) -> None:
+    _local.last_report = report
 
 
 def last_report() -> RunReport | None:

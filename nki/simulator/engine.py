@@ -9,9 +9,10 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from ..errors import NKIError
-from .context import RunContext, pop, push
+from .context import RunContext, pop, push, set_last_report
 from .cost_model import GENERATIONS, TRN2, HardwareConfig
 from .report import RunReport
+from .spmd import Launch
 from .tile import Tile
 
 
@@ -22,29 +23,51 @@ def run(kernel: Any, args: list, kwargs: dict | None = None, grid: tuple[int, ..
     Array arguments are numpy arrays the kernel reads and writes IN PLACE; an array with
     ``flags.writeable == False`` is a read-only input (writing it raises the read-only-input
     rule error). Other arguments (scalars, ...) are passed unchanged. With a non-empty `grid` the
-    kernel runs once per program id (row-major). Returns the kernel's return value with HBM
-    tensors turned into their numpy arrays (an argument's own array when it returns one) and the
-    RunReport, which is also available as `last_report()` in the calling thread.
-    State lives in the calling thread only, so concurrent runs from several threads are safe.
+    kernel runs once per program id (row-major), each program a simulated core with a context of
+    its own (`nki.simulator.spmd`: programs run one at a time, in order, and hand over to each other
+    only at cross-core instructions, so communicating programs work and results are deterministic).
+    Returns the last program's return value with HBM tensors turned into their numpy arrays (an
+    argument's own array when it returns one) and the RunReport of all programs, which is also
+    available as `last_report()` in the calling thread; a failing program's error is raised.
+    State lives in the threads of the run only, so concurrent runs from several threads are safe.
     """
     func: Callable[..., Any] = getattr(kernel, "func", kernel)
     config = GENERATIONS[hardware] if isinstance(hardware, str) else hardware
     grid = normalize_grid(grid)
-    ctx = RunContext(getattr(func, "__name__", "kernel"), config, grid, fp32_compute)
-    previous = push(ctx)
+    name = getattr(func, "__name__", "kernel")
+    report = RunReport(name, grid, config)
+    program_ids = list(itertools.product(*(range(g) for g in grid)))
+    launch = Launch(len(program_ids))
+    wrapped: list[Any] = []
+
+    def program(rank: int) -> Any:
+        ctx = RunContext(name, config, grid, fp32_compute, report=report, launch=launch, rank=rank,
+                         program_id=program_ids[rank])
+        previous = push(ctx)
+        try:
+            if not wrapped:  # inside the first program, so argument errors are reported like kernel ones
+                names = _parameter_names(func, len(args))
+                wrapped.append(([_wrap(a, n) for a, n in zip(args, names)],
+                                {k: _wrap(v, k) for k, v in (kwargs or {}).items()}))
+            call_args, call_kwargs = wrapped[0]
+            return func(*call_args, **call_kwargs)
+        finally:
+            pop(ctx, previous)
+
     start = time.perf_counter()
     try:
-        names = _parameter_names(func, len(args))
-        call_args = [_wrap(a, n) for a, n in zip(args, names)]
-        call_kwargs = {k: _wrap(v, k) for k, v in (kwargs or {}).items()}
-        result = None
-        for program_id in itertools.product(*(range(g) for g in grid)):
-            ctx.begin_program(program_id)
-            result = func(*call_args, **call_kwargs)
-        return _unwrap(result), ctx.report
+        return _unwrap(launch.run(program)[-1]), report
     finally:
-        ctx.report.simulated_wall_seconds = time.perf_counter() - start
-        pop(ctx, previous)
+        report.simulated_wall_seconds = time.perf_counter() - start
+        set_last_report(report)
+
+
+class nc(int):
+    """`nl.nc(n)`: a launch-grid dimension of n logical NeuronCores (``kernel[nl.nc(2), 2]``); the
+    simulator runs it like a grid dimension of size n."""
+
+    def __repr__(self) -> str:
+        return f"nc({int(self)})"
 
 
 def normalize_grid(grid: Any) -> tuple[int, ...]:
