@@ -11,9 +11,13 @@ from .dtypes import (  # noqa: F401
     as_dtype,
     bfloat16,
     bool_,
+    float4_e2m1fn_x4,
     float8_e4m3,
     float8_e4m3fn,
+    float8_e4m3fn_x4,
     float8_e5m2,
+    float8_e5m2_x4,
+    float8_e8m0fnu,
     float16,
     float32,
     int8,
@@ -24,7 +28,7 @@ from .dtypes import (  # noqa: F401
     uint32,
 )
 from .errors import NKIError
-from .simulator import cost_model as _cm, instructions as _ins, prng as _prng
+from .simulator import cost_model as _cm, data_movement as _moves, instructions as _ins, prng as _prng
 from .simulator.context import current
 from .simulator.operands import need_generation as _need_generation
 from .simulator.tile import HBM_BUFFERS, MemoryRegion, NKIObject, Tile  # noqa: F401  (NKIObject: nl.NKIObject)
@@ -446,3 +450,21 @@ class _Grid:
 
 
 mgrid = _Grid()
+
+
+# ---- DMA transpose and gathers
+def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None) -> Tile:
+    """DMA an HBM tensor [F, P] into a new SBUF tile [P, F] (2-D transpose on the DMA engine)."""
+    if isinstance(src, Tile) and not src.is_hbm:
+        raise NKIError("load-source", "nl.load_transpose2d reads HBM tensors; transpose on-chip tiles with "
+                       "nisa.nc_transpose")
+    return _moves.dma_transpose(None, src, (1, 0), dtype=dtype, opcode="load_transpose2d")
+
+
+def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, mask: Any = None) -> Tile:
+    """GpSimd: a new tile shaped like `indices` with out[p, ...] = data[p].flatten()[indices[p, ...]]
+    (uint32 indices into each partition's flattened free dimensions)."""
+    if axis != 0:
+        raise NKIError("unsupported-feature", f"nl.gather_flattened gathers within partitions (axis=0), "
+                       f"got axis={axis}")
+    return _moves.gather_flat(None, data, indices, dtype, "gather_flattened")

@@ -6,6 +6,7 @@ from typing import Any
 from .. import isa as _isa
 from ..isa import _engine, dge_mode, get_nc_version, nc_version, oob_mode, reduce_cmd  # noqa: F401
 from ..simulator import (
+    data_movement as _moves,
     indexing as _indexing,
     instructions as _ins,
     lane_compute as _lane,
@@ -201,3 +202,14 @@ def dropout(data: Any, prob: Any, mask: Any = None, dtype: Any = None, **_: Any)
 
 
 # ----------------------------------------------------------------------------- gathers, quantization, registers
+def dma_transpose(src: Any, axes: Any = None, mask: Any = None, dtype: Any = None, **options: Any) -> Any:
+    """DMA: a new SBUF tile holding src (HBM or SBUF) transposed (2-d (1, 0), 3-d (2, 1, 0), 4-d
+    (3, 1, 2, 0)), converted to `dtype` if given; `dge_mode=` as in nki.isa."""
+    return _moves.dma_transpose(None, src, axes, _isa._dge_name(options.get("dge_mode")), dtype)
+
+
+def local_gather(src_buffer: Any, index: Any, num_elem_per_idx: int = 1, num_valid_indices: int | None = None,
+                 mask: Any = None, **_: Any) -> Any:
+    """GpSimd: a new tile [P, num_valid_indices, num_elem_per_idx] gathered per 16-partition core
+    at the core's uint16 indices."""
+    return _moves.local_gather(None, src_buffer, index, num_elem_per_idx, num_valid_indices)
