@@ -12,11 +12,14 @@ from typing import Any
 from .errors import NKIError
 from .simulator import (
     cross_core as _cross_core,
+    data_movement as _moves,
     indexing as _indexing,
     instructions as _ins,
     lane_compute as _lane,
+    microscaling as _mx,
     prng as _prng,
     ranking as _ranking,
+    scalar_registers as _sregs,
     scans as _scans,
     selection as _selection,
     statistics as _statistics,
@@ -25,6 +28,7 @@ from .simulator.cost_model import GPSIMD, SCALAR, TENSOR, VECTOR
 from .simulator.operands import FP32_MIN
 from .simulator.ops import op_name
 from .simulator.registers import reduce_into_registers
+from .simulator.report import InstructionRecord
 
 
 class engine(enum.Enum):
@@ -400,6 +404,79 @@ def rand_get_state(dst: Any = None, engine: Any = engine.unknown, name: str | No
 
 
 # ----------------------------------------------------------------------------- gathers, quantization, registers
+VirtualRegister = _sregs.VirtualRegister
+
+
+def _dge_name(mode: Any) -> str:
+    return "unknown" if mode is None else getattr(mode, "name", str(mode))
+
+
+def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None, stationary_scale: Any = None,
+                 moving_scale: Any = None, tile_position: Any = None, tile_size: Any = None,
+                 accumulate: bool | None = None, name: str | None = None) -> Any:
+    """TensorE (NeuronCore-v4): dst[M, N] (PSUM, fp32/bf16) = MX stationary[K, M] x moving[K, N]
+    (x4 dtypes, contraction over K partitions x 4 packed values), dequantized with the uint8 /
+    float8_e8m0fnu scales; accumulates onto dst unless `accumulate=False`."""
+    _need("nc_matmul_mx", dst=dst, stationary=stationary, moving=moving, stationary_scale=stationary_scale,
+          moving_scale=moving_scale)
+    return _mx.matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position, tile_size,
+                         accumulate)
+
+
+def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None, name: str | None = None) -> Any:
+    """VectorE (NeuronCore-v4): quantize bf16/fp16 src [P, F] to MXFP8 dst [P, F/4]
+    (float8_e4m3fn_x4 / float8_e5m2_x4) with one scale per 8 partitions x 4 values in dst_scale."""
+    _need("quantize_mx", dst=dst, src=src, dst_scale=dst_scale)
+    return _mx.quantize_mx(dst, src, dst_scale)
+
+
+def dma_transpose(dst: Any = None, src: Any = None, axes: Any = None, priority: Any = None, dge_mode: Any = None,
+                  oob_mode: Any = None, name: str | None = None) -> Any:
+    """DMA: transpose src (HBM or SBUF; 2-d (1, 0), 3-d (2, 1, 0), 4-d (3, 1, 2, 0)) into SBUF dst."""
+    _need("dma_transpose", dst=dst, src=src)
+    return _moves.dma_transpose(dst, src, axes, _dge_name(dge_mode))
+
+
+def dma_compute(dst: Any = None, srcs: Any = None, reduce_op: Any = None, scales: Any = None,
+                unique_indices: bool = True, oob_mode: Any = None, name: str | None = None) -> Any:
+    """DMA: dst = srcs[0] + srcs[1] + ... (fp32 inside the DMA engine; HBM or SBUF operands)."""
+    _need("dma_compute", dst=dst, srcs=srcs, reduce_op=reduce_op)
+    return _moves.dma_compute(dst, srcs, reduce_op, scales)
+
+
+def local_gather(dst: Any = None, src_buffer: Any = None, index: Any = None, num_elem_per_idx: int = 1,
+                 num_valid_indices: int | None = None, name: str | None = None) -> Any:
+    """GpSimd: every partition of a 16-partition core gathers num_elem_per_idx elements at each of the
+    core's uint16 indices (its 16-partition index slice flattened partition-first)."""
+    _need("local_gather", dst=dst, src_buffer=src_buffer, index=index)
+    return _moves.local_gather(dst, src_buffer, index, num_elem_per_idx, num_valid_indices)
+
+
+def nc_n_gather(dst: Any = None, data: Any = None, indices: Any = None, name: str | None = None) -> Any:
+    """GpSimd: dst[p, ...] = data[p].flatten()[indices[p, ...]] (uint32 indices, per partition)."""
+    _need("nc_n_gather", dst=dst, data=data, indices=indices)
+    return _moves.gather_flat(dst, data, indices)
+
+
+def register_alloc(x: int | None = None) -> VirtualRegister:
+    """A scalar register, uninitialized or holding the integer x."""
+    return _sregs.register_alloc(x)
+
+
+def register_move(dst: Any, src: Any) -> None:
+    """dst register = src (an integer or another register)."""
+    _sregs.register_move(dst, src)
+
+
+def register_load(dst: Any, src: Any) -> None:
+    """dst register = the single value of the one-element tensor src (HBM or SBUF)."""
+    _sregs.register_load(dst, src)
+
+
+def register_store(dst: Any, src: Any) -> None:
+    """The one-element tensor dst (HBM or SBUF) = the value of register src."""
+    _sregs.register_store(dst, src)
+
 
 
 # ----------------------------------------------------------------------------- cross-core
@@ -431,6 +508,17 @@ def get_nc_version() -> nc_version:
     """Generation of the simulated NeuronCore (trn2: gen3, trn3: gen4)."""
     from .simulator.context import current
     return nc_version.gen4 if current().config.name == "trn3" else nc_version.gen3
+
+
+def get_nc_sub_version() -> int:
+    """Stepping of the simulated NeuronCore generation: 0 (the simulator models the base stepping of each)."""
+    return 0
+
+
+# The published validation error is our rule error: `except nisa.NkiValidationError` catches every rule.
+NkiValidationError = NKIError
+# Undocumented upstream; here the record of one issued instruction (RunReport.instructions entries).
+NkiInstruction = InstructionRecord
 
 
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = TENSOR, VECTOR, SCALAR, GPSIMD
