@@ -1,4 +1,5 @@
 """Validation kernels written in the kernel language (tested against numpy/torch references)."""
+from .adamw import adamw_step
 from .cross_entropy import linear_cross_entropy_bwd, linear_cross_entropy_fwd
 from .cumsum import cumsum
 from .flash_attention import flash_attention_fwd
@@ -14,4 +15,5 @@ from .topk import topk
 __all__ = ["matmul", "softmax", "rmsnorm", "rmsnorm_fwd", "rmsnorm_bwd", "layernorm_fwd", "layernorm_bwd",
            "rope", "cumsum", "topk", "router_topk", "blockwise_expert_matmul",
            "swiglu_fwd", "swiglu_bwd", "linear_cross_entropy_fwd", "linear_cross_entropy_bwd",
+           "adamw_step",
            "flash_attention_fwd"]
