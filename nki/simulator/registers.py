@@ -52,7 +52,7 @@ def begin(engine: str, cmd: Any, name: str, parts: int, what: str, init: Any = N
     command = getattr(cmd, "name", cmd)
     regs = registers(engine)[:parts]
     if command in ("reset", "reset_reduce"):
-        regs[:] = _REDUCERS[name][0]
+        regs[:] = 0.0 if name == "subtract" else _REDUCERS[name][0]  # a running difference starts at 0
     elif command == "load_reduce":
         if init is None:
             raise NKIError("reduce-init", f"{what}(reduce_cmd=load_reduce) loads the registers from "

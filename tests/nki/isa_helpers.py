@@ -5,11 +5,11 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from helpers_nki import marked_line
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from helpers_nki import marked_line
 
 RNG = np.random.default_rng(7)
 
