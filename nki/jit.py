@@ -160,8 +160,7 @@ def _launch(kernel: Kernel, args: tuple, kwargs: dict, grid: tuple[int, ...]) ->
     np_args = [to_numpy(a) for a in args]
     np_kwargs = {k: to_numpy(v) for k, v in kwargs.items()}
     result, _ = engine.run(kernel, np_args, np_kwargs, grid, **_run_options(kernel))
-    originals = {id(n): a for n, a in zip(np_args + list(np_kwargs.values()),
-                                          list(args) + list(kwargs.values())) if n is not a}
+    originals = dict(_tensor_pairs(np_args + list(np_kwargs.values()), list(args) + list(kwargs.values())))
     return _to_torch(result, originals) if originals else result
 
 
@@ -217,6 +216,16 @@ def numpy_dtype(dtype: Any) -> np.dtype:
     """The kernel dtype of a torch dtype (creates no tensor: this may run under fake mode)."""
     name = str(dtype).removeprefix("torch.")
     return np.dtype(_TORCH_TO_ML.get(name, name))
+
+
+def _tensor_pairs(arrays: Any, values: Any) -> Any:
+    """(id of the array, torch tensor) for every torch tensor among the call's values (lists too)."""
+    torch = _torch()
+    for array, value in zip(arrays, values):
+        if isinstance(value, (list, tuple)):
+            yield from _tensor_pairs(array, value)
+        elif torch is not None and isinstance(value, torch.Tensor):
+            yield id(array), value
 
 
 def _to_torch(value: Any, originals: dict[int, Any]) -> Any:

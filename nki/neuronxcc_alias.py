@@ -16,6 +16,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import runpy
 import sys
 import types
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m nki.neuronxcc_alias script.py [args...]")
     install()
     sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))  # as `python script.py`: its folder imports
     runpy.run_path(argv[0], run_name="__main__")
 
 

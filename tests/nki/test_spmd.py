@@ -5,11 +5,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers_nki import expect_rule, marked_line
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from helpers_nki import expect_rule, marked_line
 
 BF16 = ml_dtypes.bfloat16
 
