@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .dtypes import (  # noqa: F401
-    as_dtype,
+    as_dtype as _as_dtype,
     bfloat16,
     bool_,
     float4_e2m1fn_x4,
@@ -27,14 +27,14 @@ from .dtypes import (  # noqa: F401
     uint16,
     uint32,
 )
-from .errors import NKIError
+from .errors import NKIError as _NKIError
 from .simulator import cost_model as _cm, data_movement as _moves, instructions as _ins, prng as _prng
-from .simulator.context import current
+from .simulator.context import current as _current
+from .simulator.engine import nc  # noqa: F401  (nl.nc: a grid dimension of logical cores)
 from .simulator.operands import need_generation as _need_generation
-from .simulator.tile import HBM_BUFFERS, MemoryRegion, NKIObject, Tile  # noqa: F401  (NKIObject: nl.NKIObject)
+from .simulator.tile import HBM_BUFFERS as _HBM_BUFFERS, MemoryRegion, NKIObject, Tile as NkiTensor  # noqa: F401
 from .simulator.views import scalar_value as _scalar_value
 
-NkiTensor = Tile
 DType = np.dtype  # nl dtypes are numpy dtypes (bfloat16 / float8 from ml_dtypes)
 
 sbuf = MemoryRegion.sbuf
@@ -42,7 +42,7 @@ psum = MemoryRegion.psum
 hbm = MemoryRegion.private_hbm
 shared_hbm = MemoryRegion.shared_hbm
 private_hbm = MemoryRegion.private_hbm
-_BUFFERS = (sbuf, psum) + HBM_BUFFERS
+_BUFFERS = (sbuf, psum) + _HBM_BUFFERS
 _TRN2 = _cm.TRN2
 
 
@@ -66,7 +66,7 @@ class tile_size:
 
 def is_hbm(x: Any) -> bool:
     """True if `x` lives in HBM (nl.hbm / nl.private_hbm / nl.shared_hbm)."""
-    return _buffer_of(x) in HBM_BUFFERS
+    return _buffer_of(x) in _HBM_BUFFERS
 
 
 def is_on_chip(x: Any) -> bool:
@@ -89,8 +89,8 @@ def _buffer_of(x: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- elementwise math
-def _unary(name: str) -> Callable[..., Tile]:
-    def op(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def _unary(name: str) -> Callable[..., NkiTensor]:
+    def op(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         return _ins.unary(name, x, dtype)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} of a tile (ScalarE/VectorE instruction)."
@@ -98,8 +98,8 @@ def _unary(name: str) -> Callable[..., Tile]:
     return op
 
 
-def _binary(name: str) -> Callable[..., Tile]:
-    def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def _binary(name: str) -> Callable[..., NkiTensor]:
+    def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         return _ins.binary(name, x, y, dtype)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} of two tiles or a tile and a scalar (VectorE)."
@@ -124,14 +124,14 @@ fmod, mod, average, logical_xor = (_binary(n) for n in ("fmod", "mod", "average"
 
 def _integer_operands(name: str, operands: tuple) -> None:
     for x in operands:
-        dt = x.dtype if isinstance(x, Tile) else np.asarray(x).dtype
+        dt = x.dtype if isinstance(x, NkiTensor) else np.asarray(x).dtype
         if dt.kind not in "iub":
-            raise NKIError("bitwise-dtype", f"nl.{name} works on the bits of integer tiles, got {dt}: convert "
+            raise _NKIError("bitwise-dtype", f"nl.{name} works on the bits of integer tiles, got {dt}: convert "
                            f"with nl.copy(x, dtype=nl.int32) (or view the bits with x.view(nl.int32))")
 
 
-def _bitwise(name: str, arity: int) -> Callable[..., Tile]:
-    def op(*operands: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def _bitwise(name: str, arity: int) -> Callable[..., NkiTensor]:
+    def op(*operands: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         _integer_operands(name, operands)
         if arity == 1:
             return _ins.unary(name, operands[0], dtype)
@@ -146,10 +146,10 @@ bitwise_and, bitwise_or, bitwise_xor = (_bitwise(n, 2) for n in ("bitwise_and", 
 left_shift, right_shift, invert = _bitwise("left_shift", 2), _bitwise("right_shift", 2), _bitwise("invert", 1)
 
 
-def _newer_core(name: str, generation: int) -> Callable[..., Tile]:
+def _newer_core(name: str, generation: int) -> Callable[..., NkiTensor]:
     binary_op = _binary(name)
 
-    def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Tile:
+    def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         _need_generation(f"nl.{name}", generation)
         return binary_op(x, y, dtype)
     op.__name__ = op.__qualname__ = name
@@ -161,7 +161,7 @@ def _newer_core(name: str, generation: int) -> Callable[..., Tile]:
 abs_max, abs_min = _newer_core("abs_max", 4), _newer_core("abs_min", 4)
 
 
-def bypass(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def bypass(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """The input passed through unchanged (converted to `dtype`); as an operator (`op0=nl.bypass`)
     the instruction step is skipped."""
     return _ins.unary("copy", x, dtype, engine=_cm.VECTOR)
@@ -170,7 +170,7 @@ def bypass(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
 bypass._nki_op = "bypass"  # type: ignore[attr-defined]
 
 
-def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Parametric ReLU: x where x > 0, else alpha * x (ScalarE); alpha is a scalar or [P, 1] tile."""
     return _ins.binary("prelu", x, alpha, dtype, engine=_cm.SCALAR)
 
@@ -178,14 +178,14 @@ def prelu(x: Any, alpha: Any, dtype: Any = None, mask: Any = None) -> Tile:
 prelu._nki_op = "prelu"  # type: ignore[attr-defined]
 
 
-def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Select x where condition (a tile or index expression) is true, else y (VectorE)."""
     return _ins.where(condition, x, y, dtype)
 
 
 # ----------------------------------------------------------------------------- reductions
-def _reduction(name: str, opname: str) -> Callable[..., Tile]:
-    def op(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, mask: Any = None) -> Tile:
+def _reduction(name: str, opname: str) -> Callable[..., NkiTensor]:
+    def op(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, mask: Any = None) -> NkiTensor:
         return _ins.reduce(opname, x, axis, keepdims, dtype)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"{name} along free axes (default: all free axes) of a tile (VectorE)."
@@ -203,7 +203,7 @@ all = _reduction("all", "all")
 
 
 def rms_norm(x: Any, w: Any, axis: Any, n: int, epsilon: float = 1e-6, dtype: Any = None,
-             compute_dtype: Any = None, mask: Any = None) -> Tile:
+             compute_dtype: Any = None, mask: Any = None) -> NkiTensor:
     """x / sqrt(sum(x^2 along axis) / n + epsilon) * w: square and sum (VectorE), rsqrt with scale
     and bias (ScalarE), two multiplies (VectorE). dtype / compute_dtype set the result dtype."""
     out_dtype = dtype if dtype is not None else compute_dtype if compute_dtype is not None else x.dtype
@@ -213,15 +213,15 @@ def rms_norm(x: Any, w: Any, axis: Any, n: int, epsilon: float = 1e-6, dtype: An
     return _ins.binary("multiply", _ins.binary("multiply", x, inv_rms, float32), w, out_dtype)
 
 
-def dropout(x: Any, rate: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def dropout(x: Any, rate: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """x with each element zeroed with probability `rate` (a scalar or one-element tile); kept
     elements are not rescaled (VectorE, the engine's random generator: see nl.random_seed)."""
-    if isinstance(rate, Tile) and rate.size == 1:
+    if isinstance(rate, NkiTensor) and rate.size == 1:
         rate = float(rate.data.reshape(-1)[0])
     return _prng.dropout(x, rate, dtype=dtype)
 
 
-def softmax(x: Any, axis: int = -1, dtype: Any = None, mask: Any = None) -> Tile:
+def softmax(x: Any, axis: int = -1, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Softmax along a free axis: max (VectorE), exp with bias (ScalarE), sum, scale (VectorE)."""
     neg_max = _ins.reduce("maximum", x, axis, True, float32, negate=True)
     e = _ins.activation("exp", x, bias=neg_max, dtype=float32)
@@ -230,7 +230,7 @@ def softmax(x: Any, axis: int = -1, dtype: Any = None, mask: Any = None) -> Tile
 
 
 # ----------------------------------------------------------------------------- memory
-def load(src: Any, mask: Any = None, dtype: Any = None) -> Tile:
+def load(src: Any, mask: Any = None, dtype: Any = None) -> NkiTensor:
     """DMA an HBM tensor (or `tensor[index]`) into a new SBUF tile."""
     return _ins.load(src, mask, dtype)
 
@@ -240,67 +240,67 @@ def store(dst: Any, value: Any, mask: Any = None) -> None:
     _ins.store(dst, value, mask)
 
 
-def ndarray(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
+def ndarray(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> NkiTensor:
     """Allocate a tile (SBUF/PSUM, capacity-checked) or an HBM tensor; contents are zero."""
     if buffer not in _BUFFERS:
-        raise NKIError("buffer", f"unknown buffer {buffer!r} (use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm)")
-    dt = as_dtype(dtype)
+        raise _NKIError("buffer", f"unknown buffer {buffer!r} (use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm)")
+    dt = _as_dtype(dtype)
     shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-    if buffer in HBM_BUFFERS:
-        def make() -> Tile:
-            return Tile(np.zeros(shape, dt), dt, buffer, name or "hbm_tensor")
-        return current().shared_hbm(make) if buffer == shared_hbm else make()
+    if buffer in _HBM_BUFFERS:
+        def make() -> NkiTensor:
+            return NkiTensor(np.zeros(shape, dt), dt, buffer, name or "hbm_tensor")
+        return _current().shared_hbm(make) if buffer == shared_hbm else make()
     return _ins.new_tile(np.zeros(shape, dt), dt, buffer, name)  # zeros of dt: also packed MX x4 dtypes
 
 
-def full(shape: Any, fill_value: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
+def full(shape: Any, fill_value: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> NkiTensor:
     """A new tile filled with `fill_value` (GpSimd memset); HBM tensors are filled directly."""
-    if buffer in HBM_BUFFERS:
+    if buffer in _HBM_BUFFERS:
         tensor = ndarray(shape, dtype, buffer, name)
         tensor.data[...] = fill_value
         return tensor
     return _ins.memset(shape, fill_value, dtype, buffer)
 
 
-def zeros(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
+def zeros(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> NkiTensor:
     return full(shape, 0, dtype, buffer, name)
 
 
-def ones(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> Tile:
+def ones(shape: Any, dtype: Any, buffer: str = sbuf, name: str = "") -> NkiTensor:
     return full(shape, 1, dtype, buffer, name)
 
 
-def zeros_like(a: Any, dtype: Any = None, buffer: str = sbuf, name: str = "") -> Tile:
+def zeros_like(a: Any, dtype: Any = None, buffer: str = sbuf, name: str = "") -> NkiTensor:
     return zeros(a.shape, dtype if dtype is not None else a.dtype, buffer, name)
 
 
-def empty_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "") -> Tile:
+def empty_like(a: Any, dtype: Any = None, buffer: Any = None, name: str = "") -> NkiTensor:
     """A new tensor with `a`'s shape, dtype and buffer unless given (contents undefined: zero here)."""
     return ndarray(a.shape, dtype if dtype is not None else a.dtype, buffer if buffer is not None else a.buffer,
                    name)
 
 
-def shared_constant(constant: Any, dtype: Any = None) -> Tile:
+def shared_constant(constant: Any, dtype: Any = None) -> NkiTensor:
     """A shared-HBM tensor holding `constant` (a numpy array, or the path of a .npy file), converted
     to `dtype` when given; every program of a grid sees the same tensor."""
     values = np.load(constant) if isinstance(constant, (str, os.PathLike)) else np.asarray(constant)
-    dt = as_dtype(dtype if dtype is not None else values.dtype)
+    dt = _as_dtype(dtype if dtype is not None else values.dtype)
     tensor = ndarray(values.shape, dt, shared_hbm, "shared_constant")
     tensor.data[...] = _ins._round(values, dt)
     return tensor
 
 
-def shared_identity_matrix(n: int, dtype: Any = uint8, dst: Any = None) -> Tile:
+def shared_identity_matrix(n: int, dtype: Any = uint8, dst: Any = None) -> NkiTensor:
     """An [n, n] identity matrix in SBUF (new, or written into `dst`; GpSimd iota)."""
     eye = np.arange(n)[:, None] == np.arange(n)[None, :]
-    return _ins.iota(eye.astype(np.int32), as_dtype(dtype), dst)
+    return _ins.iota(eye.astype(np.int32), _as_dtype(dtype), dst)
 
 
-def rand(shape: Any, dtype: Any = float32, buffer: Any = sbuf, name: str = "") -> Tile:
+def rand(shape: Any, dtype: Any = float32, buffer: Any = sbuf, name: str = "") -> NkiTensor:
     """A new tile of uniform random values in [0, 1): 32 random bits per element from the VectorE
     generator (nisa.rng), of which the top 24 are scaled by 2^-24 (VectorE)."""
     bits = _prng.rng(ndarray(shape, uint32, buffer, name))
-    out = _ins.emit((bits.data >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24), as_dtype(dtype),
+    out = _ins.emit((bits.data >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24), _as_dtype(dtype),
                     None, "rand", buffer)
     _ins._record_lanes(_cm.VECTOR, "tensor_scalar[right_shift,multiply]", out.shape, out.dtype)
     return out
@@ -308,18 +308,18 @@ def rand(shape: Any, dtype: Any = float32, buffer: Any = sbuf, name: str = "") -
 
 def random_seed(seed: Any, mask: Any = None) -> None:
     """Seed the random generator of nl.rand / nl.dropout: a [1, 1] 32-bit tile (or an int)."""
-    if not isinstance(seed, Tile):
+    if not isinstance(seed, NkiTensor):
         seed = full((1, 1), int(seed), int32)
     _prng.set_rng_seed(seed)
 
 
-def copy(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def copy(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Copy a tile into a new SBUF tile, converting to `dtype` (e.g. PSUM fp32 -> SBUF bf16)."""
     return _ins.copy(x, dtype)
 
 
 # ----------------------------------------------------------------------------- TensorE
-def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None) -> Tile:
+def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None) -> NkiTensor:
     """x @ y into PSUM fp32. With transpose_x=False, x [M, K] is transposed on TensorE first;
     pass x already as [K, M] with transpose_x=True to skip that."""
     if transpose_x:
@@ -328,7 +328,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, mask: Any = None) -> Tile:
     return _ins.matmul(x_t, y)
 
 
-def transpose(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def transpose(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Transpose a [P, F] SBUF tile (F <= 128) into a [F, P] PSUM tile (TensorE)."""
     return _ins.transpose(x, dtype)
 
@@ -336,18 +336,18 @@ def transpose(x: Any, dtype: Any = None, mask: Any = None) -> Tile:
 # ----------------------------------------------------------------------------- SPMD & loops
 def program_id(axis: int = 0) -> int:
     """Position of this program along `axis` of the launch grid (0 without a grid)."""
-    ctx = current()
+    ctx = _current()
     return ctx.program_id[axis] if axis < len(ctx.grid) else 0
 
 
 def num_programs(axis: int = 0) -> int:
     """Size of the launch grid along `axis` (1 without a grid)."""
-    ctx = current()
+    ctx = _current()
     return ctx.grid[axis] if axis < len(ctx.grid) else 1
 
 
 def program_ndim() -> int:
-    return len(current().grid)
+    return len(_current().grid)
 
 
 def affine_range(*args: int) -> range:
@@ -390,7 +390,7 @@ def while_loop(init: Any, body_fun: Callable[[Any], Any]) -> None:
 
 def _static_step(step: Any) -> int:
     if not isinstance(step, (int, np.integer)) or step < 1:
-        raise NKIError("loop-step", f"the step of a compiled loop is a compile-time positive int, got {step!r}")
+        raise _NKIError("loop-step", f"the step of a compiled loop is a compile-time positive int, got {step!r}")
     return int(step)
 
 
@@ -404,7 +404,7 @@ def no_reorder() -> Iterator[None]:
 def device_print(prefix: str, x: Any, mask: Any = None) -> None:
     """Print `prefix` and the values of a tile or tensor (on the host, when the instruction runs)."""
     values = x.read() if hasattr(x, "resolve") else np.asarray(getattr(x, "data", x))
-    print(prefix, values.astype(x.dtype) if isinstance(x, Tile) else values, flush=True)
+    print(prefix, values.astype(x.dtype) if isinstance(x, NkiTensor) else values, flush=True)
 
 
 # ----------------------------------------------------------------------------- index expressions
@@ -426,7 +426,7 @@ def expand_dims(data: Any, axis: int) -> Any:
     return data.expand_dim(axis)
 
 
-def broadcast_to(src: Any, shape: Any) -> Tile:
+def broadcast_to(src: Any, shape: Any) -> NkiTensor:
     """A new tile holding `src` broadcast to `shape` with numpy rules (a VectorE copy)."""
     return src.broadcast_to(shape)
 
@@ -453,18 +453,18 @@ mgrid = _Grid()
 
 
 # ---- DMA transpose and gathers
-def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None) -> Tile:
+def load_transpose2d(src: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """DMA an HBM tensor [F, P] into a new SBUF tile [P, F] (2-D transpose on the DMA engine)."""
-    if isinstance(src, Tile) and not src.is_hbm:
-        raise NKIError("load-source", "nl.load_transpose2d reads HBM tensors; transpose on-chip tiles with "
+    if isinstance(src, NkiTensor) and not src.is_hbm:
+        raise _NKIError("load-source", "nl.load_transpose2d reads HBM tensors; transpose on-chip tiles with "
                        "nisa.nc_transpose")
     return _moves.dma_transpose(None, src, (1, 0), dtype=dtype, opcode="load_transpose2d")
 
 
-def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, mask: Any = None) -> Tile:
+def gather_flattened(data: Any, indices: Any, axis: int = 0, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """GpSimd: a new tile shaped like `indices` with out[p, ...] = data[p].flatten()[indices[p, ...]]
     (uint32 indices into each partition's flattened free dimensions)."""
     if axis != 0:
-        raise NKIError("unsupported-feature", f"nl.gather_flattened gathers within partitions (axis=0), "
+        raise _NKIError("unsupported-feature", f"nl.gather_flattened gathers within partitions (axis=0), "
                        f"got axis={axis}")
     return _moves.gather_flat(None, data, indices, dtype, "gather_flattened")
