@@ -41,6 +41,10 @@ from .ops import registration as _registration  # noqa: E402
 _registration.register_lowerings()
 _registration.apply_policies_from_env()
 
+from .ops import attention_routing as _attention_routing  # noqa: E402
+
+_attention_routing.install()  # scaled_dot_product_attention -> the kernel library's attention kernels
+
 from . import distributed  # noqa: E402
 
 distributed.register()

@@ -56,6 +56,7 @@ void launch_python_kernel(int device, py::object fn, const std::string& name, bo
       throw std::runtime_error(e.what());
     }
   };
+  track_python_kernel();
   py::gil_scoped_release nogil;
   launch(static_cast<c10::DeviceIndex>(device), std::move(body),
          {.name = name, .completion = wait ? Launch::kWaited : Launch::kQueued, .described = std::move(described)});

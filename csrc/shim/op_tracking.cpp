@@ -107,6 +107,10 @@ void track_kernel(const c10::OperatorHandle& op, bool on_cpu) {
   }
 }
 
+void track_python_kernel() {
+  if (!in_kernel() && !frames.empty()) frames.back().device = true;
+}
+
 bool first_fallback_warning(const std::string& op) {
   std::lock_guard<std::mutex> lock(mu);
   return warned().insert(op).second;

@@ -23,6 +23,10 @@ void start_op_tracking();
 // thread that called it.
 void track_kernel(const c10::OperatorHandle& op, bool on_cpu);
 
+// A kernel launched from Python (a kernel-language operator's kernels, torch_neuronx.nki_op) on
+// the thread calling an operator: the innermost operator being called ran on the device.
+void track_python_kernel();
+
 // True the first time since start or the last clear: for `op`'s fallback warning, and for the
 // one warning that covers every float64 fallback.
 bool first_fallback_warning(const std::string& op);
