@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import enum
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass as _dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import NKIError
-from .simulator.context import current
-from .simulator.cross_core import Operand, meet, record, reduce_op, world_size
+from .errors import NKIError as _NKIError
+from .simulator import cross_core as _cross_core
+from .simulator.context import current as _current
+from .simulator.cross_core import Operand as _Operand
 
 
 class rg_partition_op(enum.Enum):
@@ -65,20 +66,20 @@ class ReplicaGroup:
 
     def members(self, what: str) -> tuple[int, ...]:
         """The calling program's rank list, after checking the group against the launch."""
-        world, rank = world_size(), current().rank
+        world, rank = _cross_core.world_size(), _current().rank
         flat = [r for ranks in self.rank_lists for r in ranks]
         if len(set(flat)) != len(flat) or any(not 0 <= r < world for r in flat):
-            raise NKIError("replica-group", f"{what}: {self!r} must name each rank once, among the {world} ranks "
+            raise _NKIError("replica-group", f"{what}: {self!r} must name each rank once, among the {world} ranks "
                            f"(programs) of the launch 0..{world - 1}")
         for ranks in self.rank_lists:
             if rank in ranks:
                 return ranks
-        raise NKIError("replica-group", f"{what}: rank {rank} (the calling program) is in no rank list of {self!r}")
+        raise _NKIError("replica-group", f"{what}: rank {rank} (the calling program) is in no rank list of {self!r}")
 
 
 def rank_id() -> int:
     """The rank of the calling program: its row-major index in the launch grid."""
-    return current().rank
+    return _current().rank
 
 
 def self_index_in_replica_group(replica_group: ReplicaGroup, name: str | None = None) -> int:
@@ -87,11 +88,11 @@ def self_index_in_replica_group(replica_group: ReplicaGroup, name: str | None = 
 
 
 # ----------------------------------------------------------------------------- plumbing
-@dataclass
+@_dataclass
 class _Call:
     kind: str
-    srcs: list[Operand]
-    dsts: list[Operand]
+    srcs: list[_Operand]
+    dsts: list[_Operand]
     extra: Any = None
 
 
@@ -100,64 +101,64 @@ def _group(replica_group: Any) -> ReplicaGroup:
 
 
 def _operands(srcs: Any, dsts: Any, what: str, hbm_only: bool = False,
-              single: bool = False) -> tuple[list[Operand], list[Operand]]:
+              single: bool = False) -> tuple[list[_Operand], list[_Operand]]:
     """The source and destination tensor lists: equally long, all on HBM or all in SBUF
     (one tensor each on SBUF: coalescing needs HBM)."""
     if not isinstance(srcs, (list, tuple)) or not isinstance(dsts, (list, tuple)):
-        raise NKIError("collective-operands", f"{what}: srcs and dsts are lists of tensors ([t], not t)")
+        raise _NKIError("collective-operands", f"{what}: srcs and dsts are lists of tensors ([t], not t)")
     if not srcs or len(srcs) != len(dsts):
-        raise NKIError("collective-operands", f"{what}: srcs and dsts must be non-empty lists of the same length, "
+        raise _NKIError("collective-operands", f"{what}: srcs and dsts must be non-empty lists of the same length, "
                        f"got {len(srcs)} and {len(dsts)}")
-    ins, outs = [Operand.of(x, what) for x in srcs], [Operand.of(x, what) for x in dsts]
+    ins, outs = [_Operand.of(x, what) for x in srcs], [_Operand.of(x, what) for x in dsts]
     spaces = {o.space for o in ins + outs}
     if spaces - {"hbm", "sbuf"} or len(spaces) > 1 or (hbm_only and spaces != {"hbm"}):
         allowed = "HBM" if hbm_only else "all on HBM or all in SBUF"
-        raise NKIError("collective-operands", f"{what}: tensors must be {allowed}, got "
+        raise _NKIError("collective-operands", f"{what}: tensors must be {allowed}, got "
                        f"{sorted(s.upper() for s in spaces)}")
     if (single or spaces == {"sbuf"}) and len(ins) != 1:
-        raise NKIError("collective-operands", f"{what}: exactly one source and one destination tensor "
+        raise _NKIError("collective-operands", f"{what}: exactly one source and one destination tensor "
                        f"{'here' if single else 'on SBUF (coalesced collectives need HBM tensors)'}, got {len(ins)}")
     return ins, outs
 
 
-def _collective(kind: str, replica_group: Any, ins: list[Operand], outs: list[Operand],
+def _collective(kind: str, replica_group: Any, ins: list[_Operand], outs: list[_Operand],
                 complete: Callable[[tuple[int, ...], dict[int, _Call]], None], extra: Any = None,
                 members: tuple[int, ...] | None = None) -> None:
     what = f"nki.collectives.{kind}"
     members = members if members is not None else _group(replica_group).members(what)
-    record(kind, ins + outs)
+    _cross_core.record(kind, ins + outs)
 
     def checked(calls: dict[int, _Call]) -> None:
         shapes = {(c.kind, len(c.srcs)) for c in calls.values()}
         if len(shapes) > 1:
-            raise NKIError("collective-mismatch", f"{what}: the ranks {list(members)} issued different collectives "
+            raise _NKIError("collective-mismatch", f"{what}: the ranks {list(members)} issued different collectives "
                            f"at the same position: " + ", ".join(f"rank {r}: {c.kind} of {len(c.srcs)} tensor(s)"
                                                                  for r, c in sorted(calls.items())))
         complete(members, calls)
 
-    meet("collective", members, _Call(kind, ins, outs, extra), checked, what)
+    _cross_core.meet("collective", members, _Call(kind, ins, outs, extra), checked, what)
 
 
 def _gathered(members: tuple[int, ...], calls: dict[int, _Call], i: int, what: str) -> list[np.ndarray]:
     """Source `i` of every rank of the list, in rank-list order; they must agree in shape."""
     values = [calls[r].srcs[i].read() for r in members]
     if len({v.shape for v in values}) > 1:
-        raise NKIError("collective-shape", f"{what}: the ranks send tensors of different shapes: " + ", ".join(
+        raise _NKIError("collective-shape", f"{what}: the ranks send tensors of different shapes: " + ", ".join(
             f"rank {r}: {v.shape}" for r, v in zip(members, values)))
     return values
 
 
-def _check_dim(collective_dim: int, ins: list[Operand], what: str, sbuf_dims: tuple[int, ...] = (0,)) -> int:
+def _check_dim(collective_dim: int, ins: list[_Operand], what: str, sbuf_dims: tuple[int, ...] = (0,)) -> int:
     allowed = sbuf_dims if ins[0].space == "sbuf" else (0,)
     if collective_dim not in allowed:
-        raise NKIError("collective-dim", f"{what}: collective_dim must be {' or '.join(map(str, allowed))} for "
+        raise _NKIError("collective-dim", f"{what}: collective_dim must be {' or '.join(map(str, allowed))} for "
                        f"{ins[0].space.upper()} tensors, got {collective_dim}")
     return int(collective_dim)
 
 
-def _expect(out: Operand, shape: tuple[int, ...], what: str) -> None:
+def _expect(out: _Operand, shape: tuple[int, ...], what: str) -> None:
     if out.shape != tuple(shape):
-        raise NKIError("collective-shape", f"{what}: dst has shape {out.shape}, expected {tuple(shape)}")
+        raise _NKIError("collective-shape", f"{what}: dst has shape {out.shape}, expected {tuple(shape)}")
 
 
 def _scaled(shape: tuple[int, ...], dim: int, factor: float) -> tuple[int, ...]:
@@ -173,7 +174,7 @@ def all_reduce(srcs: list, dsts: list, replica_group: ReplicaGroup, op: Any, pri
                name: str | None = None) -> None:
     """Every rank of a rank list receives in ``dsts[i]`` the op-reduction of the ranks' ``srcs[i]``."""
     what = "nki.collectives.all_reduce"
-    fn = reduce_op(op, what)
+    fn = _cross_core.reduce_op(op, what)
     ins, outs = _operands(srcs, dsts, what)
     for i, o in zip(ins, outs):
         _expect(o, i.shape, what)
@@ -212,13 +213,13 @@ def reduce_scatter(srcs: list, dsts: list, replica_group: ReplicaGroup, collecti
     """The op-reduction of the ranks' ``srcs[i]``, split in equal parts along `collective_dim` (0):
     the k-th rank of a rank list receives part k in ``dsts[i]``."""
     what = "nki.collectives.reduce_scatter"
-    fn = reduce_op(op, what)
+    fn = _cross_core.reduce_op(op, what)
     ins, outs = _operands(srcs, dsts, what)
     dim = _check_dim(collective_dim, ins, what)
     n = _list_size(replica_group, what)
     for i, o in zip(ins, outs):
         if i.shape[dim] % n:
-            raise NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
+            raise _NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
                            f"into {n} equal parts")
         _expect(o, _scaled(i.shape, dim, 1 / n), what)
 
@@ -241,7 +242,7 @@ def all_to_all(srcs: list, dsts: list, replica_group: ReplicaGroup, collective_d
     n = _list_size(replica_group, what)
     for i, o in zip(ins, outs):
         if i.shape[dim] % n:
-            raise NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
+            raise _NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
                            f"into {n} equal parts")
         _expect(o, i.shape, what)
 
@@ -255,9 +256,9 @@ def all_to_all(srcs: list, dsts: list, replica_group: ReplicaGroup, collective_d
 
 
 # ----------------------------------------------------------------------------- variable-length collectives
-@dataclass
+@_dataclass
 class _Metadata:
-    tensor: Operand
+    tensor: _Operand
     rows: int
     recv_counts_known: bool
     has_rdispls: bool
@@ -268,11 +269,11 @@ class _Metadata:
 
 def _metadata(metadata_tensor: Any, n: int, recv_counts_known: bool, has_rdispls: bool, what: str) -> _Metadata:
     """The uint32 counts/displacements tensor: (rows, n) on HBM or (1, rows, n) in SBUF, rows 3 or 4."""
-    meta = Operand.of(metadata_tensor, what)
+    meta = _Operand.of(metadata_tensor, what)
     rows = 4 if has_rdispls else 3
     allowed = {(rows, n), (4, n)} if meta.space == "hbm" else {(1, rows, n), (1, 4, n)}
     if meta.dtype != np.dtype(np.uint32) or meta.shape not in allowed:
-        raise NKIError("collective-metadata", f"{what}: metadata_tensor must be uint32 of shape "
+        raise _NKIError("collective-metadata", f"{what}: metadata_tensor must be uint32 of shape "
                        f"{sorted(allowed)[0]} (rows: send counts, send displacements, recv counts"
                        f"{', recv displacements' if has_rdispls else ''}; one column per rank of the list), got "
                        f"{meta.dtype} {meta.shape}")
@@ -302,7 +303,7 @@ def _variable(kind: str, srcs: list, dsts: list, replica_group: Any, metadata_te
                 offset = int(metas[r][3][q]) if receiver.has_rdispls else slot * q
                 end = flat.size if receiver.has_rdispls else slot * (q + 1)
                 if displ + count > sources[s].size or offset + count > end:
-                    raise NKIError("collective-bounds", f"{what}: rank {s} sends {count} elements from offset {displ} "
+                    raise _NKIError("collective-bounds", f"{what}: rank {s} sends {count} elements from offset {displ} "
                                    f"of its {sources[s].size}-element src to offset {offset} of rank {r}'s dst, "
                                    f"which holds {end - offset} there")
                 flat[offset:offset + count] = sources[s][displ:displ + count]
@@ -343,15 +344,16 @@ def collective_permute(srcs: list, dsts: list, source_target_pairs: Sequence[tup
     pairs = tuple((int(s), int(t)) for s, t in source_target_pairs)
     for side, ranks in (("source", [s for s, _ in pairs]), ("target", [t for _, t in pairs])):
         if len(set(ranks)) != len(ranks):
-            raise NKIError("collective-permute", f"{what}: a rank is the {side} of more than one pair in {list(pairs)}")
+            raise _NKIError("collective-permute",
+                            f"{what}: a rank is the {side} of more than one pair in {list(pairs)}")
     members = tuple(sorted({r for pair in pairs for r in pair}))
-    if any(not 0 <= r < world_size() for r in members):
-        raise NKIError("replica-group", f"{what}: pairs {list(pairs)} name ranks outside the launch's "
-                       f"0..{world_size() - 1}")
+    if any(not 0 <= r < _cross_core.world_size() for r in members):
+        raise _NKIError("replica-group", f"{what}: pairs {list(pairs)} name ranks outside the launch's "
+                       f"0..{_cross_core.world_size() - 1}")
 
     def complete(members: tuple[int, ...], calls: dict[int, _Call]) -> None:
         if len({c.extra for c in calls.values()}) > 1:
-            raise NKIError("collective-mismatch", f"{what}: the ranks pass different source_target_pairs")
+            raise _NKIError("collective-mismatch", f"{what}: the ranks pass different source_target_pairs")
         values = {s: calls[s].srcs[0].read() for s, _ in pairs}
         sent_to = {t: s for s, t in pairs}
         for r in members:
@@ -363,7 +365,7 @@ def collective_permute(srcs: list, dsts: list, source_target_pairs: Sequence[tup
 
 def _channels(by_channel: Sequence[Sequence[Any]], channel_ids: Sequence[int], what: str) -> list[Any]:
     if list(channel_ids) != list(range(len(by_channel))) or any(len(c) != 1 for c in by_channel):
-        raise NKIError("collective-channels", f"{what}: one list of exactly one tensor per channel, with "
+        raise _NKIError("collective-channels", f"{what}: one list of exactly one tensor per channel, with "
                        f"channel_ids the consecutive integers 0..{len(by_channel) - 1}, got channel_ids "
                        f"{list(channel_ids)} and {[len(c) for c in by_channel]} tensor(s) per channel")
     return [c[0] for c in by_channel]
@@ -407,7 +409,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel: list, srcs1_by_channel:
                                        priority: int | None = None, name: str | None = None) -> None:
     """Ring step with reduction: every rank sends ``op(srcs0, srcs1)`` (fp32) of each channel to its
     successor, whose destination receives it."""
-    fn = reduce_op(op, "nki.collectives.collective_permute_implicit_reduce")
+    fn = _cross_core.reduce_op(op, "nki.collectives.collective_permute_implicit_reduce")
     _ring("collective_permute_implicit_reduce", [srcs0_by_channel, srcs1_by_channel], dsts_by_channel,
           replica_group, channel_ids, lambda values: fn(*(v.astype(np.float32) for v in values)))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from .errors import NKIError
+from .errors import NKIError as _NKIError
 from .simulator import (
     cross_core as _cross_core,
     data_movement as _moves,
@@ -24,22 +24,22 @@ from .simulator import (
     selection as _selection,
     statistics as _statistics,
 )
-from .simulator.cost_model import GPSIMD, SCALAR, TENSOR, VECTOR
-from .simulator.operands import FP32_MIN
-from .simulator.ops import op_name
-from .simulator.registers import reduce_into_registers
-from .simulator.report import InstructionRecord
+from .simulator.cost_model import GPSIMD as _GPSIMD, SCALAR as _SCALAR, TENSOR as _TENSOR, VECTOR as _VECTOR
+from .simulator.operands import FP32_MIN as _FP32_MIN
+from .simulator.ops import op_name as _op_name
+from .simulator.registers import reduce_into_registers as _reduce_into_registers
+from .simulator.report import InstructionRecord as NkiInstruction  # noqa: F401  (the record of an issued instruction)
 
 
 class engine(enum.Enum):
     """Engine an instruction runs on (`engine=` argument)."""
 
     unknown = None
-    tensor = TENSOR
-    vector = VECTOR
-    scalar = SCALAR
-    gpsimd = GPSIMD
-    activation = SCALAR  # the published alias of the Scalar Engine
+    tensor = _TENSOR
+    vector = _VECTOR
+    scalar = _SCALAR
+    gpsimd = _GPSIMD
+    activation = _SCALAR  # the published alias of the Scalar Engine
     sync = "SyncE"
     dma = "DMA"
 
@@ -99,7 +99,7 @@ def _need(name: str, **operands: Any) -> None:
     """Refuse calls that miss an operand, saying which: the usual cause is the SDK 2.26 spelling."""
     missing = [k for k, v in operands.items() if v is None]
     if missing:
-        raise NKIError("dst", f"nki.isa.{name} needs {', '.join(missing)}: current NKI instructions write into "
+        raise _NKIError("dst", f"nki.isa.{name} needs {', '.join(missing)}: current NKI instructions write into "
                        f"a destination given first (nisa.{name}(dst, ...)); kernels written for the "
                        f"return-a-tile form of Neuron SDK 2.26 and earlier import neuronxcc.nki (the opt-in "
                        f"alias in docs/nki.md) or nki.legacy")
@@ -136,7 +136,7 @@ def activation(dst: Any = None, op: Any = None, data: Any = None, bias: Any = No
     the registers."""
     _need("activation", dst=dst, op=op, data=data)
     out = _ins.activation(op, data, bias, scale, dst=dst)
-    reduce_into_registers(SCALAR, reduce_cmd, reduce_op, out, reduce_res, "activation")
+    _reduce_into_registers(_SCALAR, reduce_cmd, reduce_op, out, reduce_res, "activation")
     return out
 
 
@@ -152,7 +152,7 @@ def tensor_tensor(dst: Any = None, data1: Any = None, data2: Any = None, op: Any
                   name: str | None = None) -> Any:
     """VectorE (or GpSimd): dst = op(data1, data2) elementwise."""
     _need("tensor_tensor", dst=dst, data1=data1, data2=data2, op=op)
-    return _ins.binary(op_name(op), data1, data2, dst=dst, engine=_engine(engine, VECTOR))
+    return _ins.binary(_op_name(op), data1, data2, dst=dst, engine=_engine(engine, _VECTOR))
 
 
 def tensor_scalar(dst: Any = None, data: Any = None, op0: Any = None, operand0: Any = None,
@@ -161,7 +161,7 @@ def tensor_scalar(dst: Any = None, data: Any = None, op0: Any = None, operand0: 
     """dst = (data op0 operand0) op1 operand1; operands are scalars or [P, 1] tiles."""
     _need("tensor_scalar", dst=dst, data=data, op0=op0, operand0=operand0)
     return _ins.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1, dst=dst,
-                              engine=_engine(engine, VECTOR))
+                              engine=_engine(engine, _VECTOR))
 
 
 def tensor_reduce(dst: Any = None, op: Any = None, data: Any = None, axis: Any = None, negate: bool = False,
@@ -174,7 +174,7 @@ def tensor_reduce(dst: Any = None, op: Any = None, data: Any = None, axis: Any =
 def tensor_copy(dst: Any = None, src: Any = None, engine: Any = None, name: str | None = None) -> Any:
     """Copy src into dst, converting to dst's dtype (VectorE unless another engine is given)."""
     _need("tensor_copy", dst=dst, src=src)
-    return _ins.copy(src, dst=dst, engine=_engine(engine, VECTOR))
+    return _ins.copy(src, dst=dst, engine=_engine(engine, _VECTOR))
 
 
 def iota(dst: Any = None, expr: Any = None, name: str | None = None, **_: Any) -> Any:
@@ -186,7 +186,7 @@ def iota(dst: Any = None, expr: Any = None, name: str | None = None, **_: Any) -
 def memset(dst: Any = None, value: Any = None, engine: Any = None, name: str | None = None) -> Any:
     """Fill dst with `value` (GpSimd unless another engine is given)."""
     _need("memset", dst=dst, value=value)
-    return _ins.memset(None, value, None, dst=dst, engine=_engine(engine, GPSIMD))
+    return _ins.memset(None, value, None, dst=dst, engine=_engine(engine, _GPSIMD))
 
 
 # ----------------------------------------------------------------------------- DMA
@@ -195,7 +195,7 @@ def dma_copy(dst: Any = None, src: Any = None, dst_rmw_op: Any = None, oob_mode:
     """DMA between HBM tensors / slices and SBUF tiles (any direction)."""
     _need("dma_copy", dst=dst, src=src)
     if dst_rmw_op is not None:
-        raise NKIError("unsupported-feature", "dma_copy(dst_rmw_op=...) (read-modify-write DMA) is not simulated: "
+        raise _NKIError("unsupported-feature", "dma_copy(dst_rmw_op=...) (read-modify-write DMA) is not simulated: "
                        "load dst, combine with nisa.tensor_tensor and copy back")
     _ins.dma_copy(dst, src, None)
     return dst
@@ -221,9 +221,9 @@ def affine_select(dst: Any = None, pattern: Any = None, channel_multiplier: int 
 def range_select(dst: Any = None, on_true_tile: Any = None, comp_op0: Any = None, comp_op1: Any = None,
                  bound0: Any = None, bound1: Any = None, reduce_cmd: reduce_cmd = reduce_cmd.reset_reduce,
                  reduce_res: Any = None, reduce_op: Any = "maximum", range_start: int = 0,
-                 on_false_value: float = FP32_MIN, name: str | None = None) -> Any:
+                 on_false_value: float = _FP32_MIN, name: str | None = None) -> Any:
     """VectorE: keep on_true_tile where comp_op0(i, bound0) and comp_op1(i, bound1) for the free index
-    i + range_start, else FP32_MIN; the per-partition max goes to the VectorE registers / reduce_res."""
+    i + range_start, else _FP32_MIN; the per-partition max goes to the VectorE registers / reduce_res."""
     _need("range_select", dst=dst, on_true_tile=on_true_tile, comp_op0=comp_op0, comp_op1=comp_op1,
           bound0=bound0, bound1=bound1)
     return _selection.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res,
@@ -282,7 +282,7 @@ def activate2(dst: Any = None, op: Any = None, data: Any = None, imm0: Any = Non
     optional reduction into the ScalarE registers."""
     _need("activate2", dst=dst, op=op, data=data, op0=op0, op1=op1)
     return _lane.activate2(op, data, imm0, imm1, op0, op1, relu_param, reverse0, reverse1, reduce_op, reduce_res,
-                           reduce_cmd, dst, _engine(engine, SCALAR))
+                           reduce_cmd, dst, _engine(engine, _SCALAR))
 
 
 def exponential(dst: Any = None, src: Any = None, max_value: Any = 0.0, reduce_res: Any = None,
@@ -375,7 +375,7 @@ def dropout(dst: Any = None, data: Any = None, prob: Any = None, name: str | Non
 def rng(dst: Any = None, engine: Any = engine.unknown, name: str | None = None) -> Any:
     """VectorE (default) or GpSimd: random bits into an integer dst (low bits of 32-bit draws)."""
     _need("rng", dst=dst)
-    return _prng.rng(dst, _engine(engine, VECTOR))
+    return _prng.rng(dst, _engine(engine, _VECTOR))
 
 
 def rand2(dst: Any = None, min: Any = None, max: Any = None, name: str | None = None) -> Any:
@@ -500,7 +500,7 @@ def core_barrier(data: Any = None, cores: Any = None, engine: Any = engine.gpsim
     """Wait until both cores of `cores` (only (0, 1)) reach this barrier, so that their writes to the
     shared HBM tensor `data` are done before either reads it."""
     _need("core_barrier", data=data, cores=cores)
-    _cross_core.core_barrier(data, cores, _engine(engine, GPSIMD))
+    _cross_core.core_barrier(data, cores, _engine(engine, _GPSIMD))
 
 
 # ----------------------------------------------------------------------------- target
@@ -516,10 +516,4 @@ def get_nc_sub_version() -> int:
 
 
 # The published validation error is our rule error: `except nisa.NkiValidationError` catches every rule.
-NkiValidationError = NKIError
-# Undocumented upstream; here the record of one issued instruction (RunReport.instructions entries).
-NkiInstruction = InstructionRecord
-
-
-tensor_engine, vector_engine, scalar_engine, gpsimd_engine = TENSOR, VECTOR, SCALAR, GPSIMD
-unknown_engine = None
+NkiValidationError = _NKIError
