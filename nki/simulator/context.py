@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import NKIError, source_location
 from .cost_model import HardwareConfig
-from .report import InstructionRecord, RunReport
+from .report import RunReport
 
 _local = threading.local()
 
@@ -91,11 +91,7 @@ class RunContext:
 
     def record(self, engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
                seconds: float, flops: int = 0, dma_bytes: int = 0) -> None:
-        self.report.add(InstructionRecord(
-            engine=engine, opcode=opcode, shape=tuple(int(s) for s in shape), dtype=str(dtype),
-            flops=int(flops), dma_bytes=int(dma_bytes), seconds=seconds,
-            cycles=seconds * self.config.clock_hz, location=source_location(),
-            program_id=self.program_id))
+        self.report.add(engine, opcode, shape, dtype, flops, dma_bytes, seconds, source_location(), self.program_id)
 
 
 def current() -> RunContext:

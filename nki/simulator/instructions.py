@@ -44,7 +44,10 @@ def _value(x: Any, what: str) -> tuple[Any, np.dtype | None]:
 def align_partitions(values: list[Any]) -> list[Any]:
     """Tiles broadcast aligned on the partition axis (axis 0), not on the last axis as in NumPy:
     a [P] reduction result combines with a [P, F] tile as [P, 1]."""
-    ndim = max((np.ndim(v) for v in values), default=0)
+    ranks = [v.ndim for v in values if isinstance(v, np.ndarray)]
+    if not ranks or min(ranks) == max(ranks):
+        return values
+    ndim = max(ranks)
     return [v.reshape(v.shape + (1,) * (ndim - v.ndim)) if isinstance(v, np.ndarray) and 0 < v.ndim < ndim
             else v for v in values]
 
@@ -60,8 +63,7 @@ def _compute(fn: Callable[..., Any], values: list[Any], as_float: bool) -> np.nd
         elif as_float:
             v = np.float32(v)
         conv.append(v)
-    with np.errstate(all="ignore"):
-        return np.asarray(fn(*conv))
+    return np.asarray(fn(*conv))  # floating-point warnings are off for the whole run (engine.run)
 
 
 def _round(values: np.ndarray, dtype: np.dtype, keep_fp32: bool = False) -> np.ndarray:

@@ -36,27 +36,46 @@ class RunReport:
     kernel_name: str
     grid: tuple[int, ...]
     config: HardwareConfig
-    instructions: list[InstructionRecord] = field(default_factory=list)
     engine_instructions: Counter = field(default_factory=Counter)
     opcode_counts: Counter = field(default_factory=Counter)
     engine_busy_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0.0))
     flops: int = 0
+    tensor_flops: int = 0  # the TensorE part of `flops`
     dma_bytes: int = 0
     peak_sbuf_bytes_per_partition: int = 0
     peak_psum_banks: int = 0
     simulated_wall_seconds: float = 0.0
+    # Issued instructions as plain tuples (InstructionRecord fields in order): building a record
+    # object and naming its dtype per instruction would cost more than most instructions compute.
+    _issued: list[tuple] = field(default_factory=list, repr=False)
+    _records: list[InstructionRecord] = field(default_factory=list, repr=False)
 
-    def add(self, record: InstructionRecord) -> None:
-        self.instructions.append(record)
-        self.engine_instructions[record.engine] += 1
-        self.opcode_counts[f"{record.engine}.{record.opcode}"] += 1
-        self.engine_busy_seconds[record.engine] += record.seconds
-        self.flops += record.flops
-        self.dma_bytes += record.dma_bytes
+    def add(self, engine: str, opcode: str, shape: tuple[int, ...], dtype: object, flops: int, dma_bytes: int,
+            seconds: float, location: str, program_id: tuple[int, ...]) -> None:
+        """Account one issued instruction."""
+        self._issued.append((engine, opcode, shape, dtype, flops, dma_bytes, seconds, location, program_id))
+        self.engine_instructions[engine] += 1
+        self.opcode_counts[engine + "." + opcode] += 1
+        self.engine_busy_seconds[engine] += seconds
+        self.flops += flops
+        if engine == TENSOR:
+            self.tensor_flops += flops
+        self.dma_bytes += dma_bytes
+
+    @property
+    def instructions(self) -> list[InstructionRecord]:
+        """The issued instructions, in issue order."""
+        clock = self.config.clock_hz
+        for engine, opcode, shape, dtype, flops, dma_bytes, seconds, location, program_id in \
+                self._issued[len(self._records):]:
+            self._records.append(InstructionRecord(
+                engine, opcode, tuple(int(s) for s in shape), str(dtype), int(flops), int(dma_bytes), seconds,
+                seconds * clock, location, program_id))
+        return self._records
 
     @property
     def instruction_count(self) -> int:
-        return len(self.instructions)
+        return len(self._issued)
 
     @property
     def estimated_seconds(self) -> float:
@@ -65,10 +84,6 @@ class RunReport:
     @property
     def estimated_serial_seconds(self) -> float:
         return sum(self.engine_busy_seconds.values())
-
-    @property
-    def tensor_flops(self) -> int:
-        return sum(r.flops for r in self.instructions if r.engine == TENSOR)
 
     def to_dict(self) -> dict:
         return {
