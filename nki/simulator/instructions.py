@@ -229,8 +229,14 @@ def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, dtype: An
     scale_v, _ = _value(scale, "activation scale")
     bias_v = np.float32(0.0) if bias is None else _value(bias, "activation bias")[0]
     out_dtype = _out_dtype(dtype, [xdt])
+    # The affine step in the simulator only where it changes something (a full-tile pass each).
+    unit_scale = isinstance(scale_v, (int, float)) and scale_v == 1
     try:
-        out = _compute(lambda x, s, b: fn(x * s + b), [value, scale_v, bias_v], True)
+        if bias is None and unit_scale:
+            out = _compute(fn, [value], True)
+        else:
+            out = _compute(lambda x, s, b: fn(x * s + b) if not unit_scale else fn(x + b),
+                           [value, scale_v, bias_v], True)
     except ValueError as exc:
         raise _broadcast_error("activation", exc) from None
     tile = emit(out, out_dtype, dst, "activation")
