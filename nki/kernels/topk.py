@@ -44,6 +44,22 @@ def top_k_rows(values: Any, k: int, index: Any) -> tuple[Any, Any]:
     return top, where
 
 
+def top_k_rows_max8(values: Any, k: int) -> tuple[Any, Any]:
+    """The k largest of each row of `values` ([p, C >= 8] fp32) and their columns: ceil(k / 8) rounds
+    of VectorE max8 (8 largest, descending) and nc_match_replace8 (their positions, each replaced by
+    -inf for the next round; equal values take successive occurrences, so ties go to the lowest
+    column first)."""
+    rows, cols = values.shape
+    rounds = -(-k // 8)
+    top, where = nl.ndarray((rows, 8 * rounds), nl.float32), nl.ndarray((rows, 8 * rounds), nl.uint32)
+    remaining = nl.copy(values, dtype=nl.float32)
+    for j in range(rounds):
+        nisa.max8(dst=top[:, 8 * j:8 * j + 8], src=remaining)
+        nisa.nc_match_replace8(dst=remaining, data=remaining, vals=top[:, 8 * j:8 * j + 8], imm=-np.inf,
+                               dst_idx=where[:, 8 * j:8 * j + 8])
+    return top[:, 0:k], where[:, 0:k]
+
+
 @nki.jit
 def topk(x: Any, k: int) -> Any:
     """(values [R, k] in x's dtype, indices [R, k] int32) of the k largest of each row."""
@@ -51,9 +67,10 @@ def topk(x: Any, k: int) -> Any:
     assert 1 <= k <= C, f"k={k} must be in 1..{C}"
     values = nl.ndarray((R, k), dtype=x.dtype, buffer=nl.shared_hbm)
     indices = nl.ndarray((R, k), dtype=nl.int32, buffer=nl.shared_hbm)
-    index = column_index(C)
+    index = column_index(C) if C < 8 else None
     for r0, rsz in tiles(R):
-        top, where = top_k_rows(nl.load(x[nl.ds(r0, rsz), :], dtype=nl.float32), k, index)
+        rows = nl.load(x[nl.ds(r0, rsz), :], dtype=nl.float32)
+        top, where = top_k_rows(rows, k, index) if C < 8 else top_k_rows_max8(rows, k)
         nl.store(values[nl.ds(r0, rsz), :], value=top)
         nl.store(indices[nl.ds(r0, rsz), :], value=where)
     return values, indices

@@ -29,8 +29,9 @@ def test_cumsum(shape, dtype, reverse):
 
 @pytest.mark.parametrize("k", [1, 2, 8])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(128, 64), (200, 300), (9, 8)])
+@pytest.mark.parametrize("shape", [(128, 64), (200, 300), (9, 8), (3, 5)])
 def test_topk(shape, dtype, k):
+    k = min(k, shape[1])
     x = torch.randn(shape).to(dtype)
     values, indices = topk(x, k)
     expected = torch.topk(x.float(), k, dim=-1)
@@ -41,8 +42,19 @@ def test_topk(shape, dtype, k):
     assert (indices.sort(-1).values.diff(dim=-1) > 0).all()
 
 
-def test_topk_ties_go_to_the_lowest_column():
-    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0]])
+@pytest.mark.parametrize("k", [12, 16])
+def test_topk_beyond_8_takes_several_max8_rounds(k):
+    x = torch.randn(200, 300)
+    values, indices = topk(x, k)
+    expected = torch.topk(x, k, dim=-1)
+    torch.testing.assert_close(values, expected.values, rtol=0, atol=0)
+    torch.testing.assert_close(indices.long(), expected.indices, rtol=0, atol=0)
+    assert nki.simulator.last_report().opcode_counts["VectorE.max8"] == 2 * 2  # 2 row tiles x 2 rounds
+
+
+@pytest.mark.parametrize("width", [5, 10])  # the VectorE rounds (< 8 columns) and the max8 path
+def test_topk_ties_go_to_the_lowest_column(width):
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0] + [0.0] * (width - 5)])
     values, indices = topk(x, 4)
     assert values.tolist() == [[3.0, 3.0, 3.0, 2.0]] and indices.tolist() == [[1, 2, 4, 3]]
 
