@@ -7,7 +7,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-from ._tiles import tiles
+from ._tiles import P, tiles
 
 
 @nki.jit
@@ -15,21 +15,20 @@ def cumsum(x: Any, reverse: bool = False) -> Any:
     """out[:, j] = sum(x[:, :j+1]) (or sum(x[:, j:]) with `reverse`, the cumsum's backward), in
     x's dtype, accumulated in fp32.
 
-    A log-step (Hillis-Steele) scan on VectorE: ceil(log2(C)) rounds, each adding the partial sums
-    `shift` columns back into a fresh tile (the engine streams its input, so a round never reads
-    what it writes)."""
+    One VectorE `tensor_tensor_scan` per row tile: r[j] = 1 * r[j-1] + x[j]. The suffix sums of
+    `reverse` are total - (prefix - x): the scan, the row total and two elementwise instructions."""
     R, C = x.shape
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    ones = nl.ones((P, C), nl.float32)
     for r0, rsz in tiles(R):
-        acc = nl.load(x[nl.ds(r0, rsz), :], dtype=nl.float32)
-        shift = 1
-        while shift < C:
-            # forward: new[j] = acc[j] + acc[j - shift] (j >= shift); reverse: acc[j] + acc[j + shift]
-            kept, moved, source = ((slice(C - shift, C), slice(0, C - shift), slice(shift, C)) if reverse
-                                   else (slice(0, shift), slice(shift, C), slice(0, C - shift)))
-            new = nl.ndarray((rsz, C), nl.float32)
-            nisa.tensor_copy(new[:, kept], acc[:, kept])
-            nisa.tensor_tensor(new[:, moved], acc[:, moved], acc[:, source], nl.add)
-            acc, shift = new, 2 * shift
+        rows = nl.load(x[nl.ds(r0, rsz), :], dtype=nl.float32)
+        acc = nl.ndarray((rsz, C), nl.float32)
+        nisa.tensor_tensor_scan(dst=acc, data0=ones[0:rsz, :], data1=rows, initial=0.0, op0=nl.multiply,
+                                op1=nl.add)
+        if reverse:
+            total = nl.ndarray((rsz, 1), nl.float32)
+            nisa.tensor_reduce(dst=total, op=nl.add, data=rows, axis=1, keepdims=True)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=rows, op=nl.subtract)      # sum(x[:, :j])
+            nisa.tensor_scalar(dst=acc, data=acc, op0=nl.subtract, operand0=total, reverse0=True)
         nl.store(out[nl.ds(r0, rsz), :], value=acc)
     return out

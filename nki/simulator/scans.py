@@ -35,15 +35,30 @@ def tensor_tensor_scan(data0: Any, data1: Any, initial: Any, op0: Any, op1: Any,
     (_, f0), (_, f1) = _arithmetic(op0, what), _arithmetic(op1, what)
     x0, x1 = opd.rows(opd.fp32(a, what)), opd.rows(opd.fp32(b, what))
     state = np.broadcast_to(opd.per_partition(initial, a.shape[0], what, "initial"), (a.shape[0], 1))[:, 0]
-    out = np.empty_like(x0)
-    # The recurrence is sequential along the free axis: step over positions, all partitions at once.
     with np.errstate(all="ignore"):
-        for i in range(x0.shape[1]):
-            step = f0(state, x0[:, i]) if reverse0 else f0(x0[:, i], state)
-            state = out[:, i] = f1(x1[:, i], step) if reverse1 else f1(step, x1[:, i])
+        out = _passthrough_scan(op_name(op0), x0, reverse0, f1, reverse1, state, x1)
+        if out is None:
+            # The recurrence is sequential along the free axis: step over positions, all partitions at once.
+            out = np.empty_like(x0)
+            for i in range(x0.shape[1]):
+                step = f0(state, x0[:, i]) if reverse0 else f0(x0[:, i], state)
+                state = out[:, i] = f1(x1[:, i], step) if reverse1 else f1(step, x1[:, i])
     tile = _ins.emit(out.reshape(a.shape), opd.new_dtype(dtype, promote([a.dtype, b.dtype])), dst, what)
     _ins._record_lanes(cm.VECTOR, f"{what}[{op_name(op0)},{op_name(op1)}]", a.shape, tile.dtype, 2, tile_inputs=2)
     return tile
+
+
+def _passthrough_scan(op0: str, x0: np.ndarray, reverse0: bool, f1: Any, reverse1: bool, state: np.ndarray,
+                      x1: np.ndarray) -> np.ndarray | None:
+    """The scan in one vectorised pass when op0 passes the running value through unchanged (data0
+    all ones under multiply, all zeros under add, the running sum of a cumsum): r[i] = op1(r[i-1],
+    data1[i]) is a left fold, which NumPy's accumulate computes in the same order (same rounding).
+    None when the scan is not of that form."""
+    identity = {"multiply": 1, "add": 0}.get(op0)
+    if identity is None or reverse1 or not isinstance(f1, np.ufunc) or not np.all(x0 == identity):
+        return None
+    return f1.accumulate(np.concatenate([state[:, None].astype(np.float32), x1], axis=1), axis=1,
+                         dtype=np.float32)[:, 1:]
 
 
 def _cumulative(name: str, start: np.ndarray, values: np.ndarray) -> np.ndarray:

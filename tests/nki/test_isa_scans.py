@@ -39,6 +39,19 @@ def test_tensor_tensor_scan(op0, op1, reverse0, reverse1, shape):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("op0,identity,op1", [("multiply", 1.0, "add"), ("add", 0.0, "maximum"),
+                                              ("multiply", 1.0, "subtract")])
+def test_a_scan_that_passes_the_running_value_through_is_bit_identical_to_the_sequential_one(op0, identity, op1):
+    # data0 all identity: the simulator takes one vectorised left fold (a cumsum) instead of stepping
+    d1, init = rand(128, 300), rand(128, 1)
+    d0 = np.full_like(d1, identity)
+
+    def body(a, b, i):
+        return nisa.tensor_tensor_scan(sbuf(d1.shape, nl.float32), a, b, i, getattr(nl, op0), getattr(nl, op1))
+    out, = run_isa(body, d0, d1, init)
+    np.testing.assert_array_equal(out, scan_reference(d0, d1, init, OPS[op0], OPS[op1]))
+
+
 def test_legacy_tensor_tensor_scan_bf16_scalar_initial():
     d0, d1 = rand(32, 40, low=0.5, high=1.0, dtype=BF16), rand(32, 40, dtype=BF16)
     out, = run_isa(lambda a, b: legacy_isa.tensor_tensor_scan(a, b, 0.25, np.multiply, np.add), d0, d1)
