@@ -177,9 +177,22 @@ def tensor_copy(dst: Any = None, src: Any = None, engine: Any = None, name: str 
     return _ins.copy(src, dst=dst, engine=_engine(engine, _VECTOR))
 
 
-def iota(dst: Any = None, expr: Any = None, name: str | None = None, **_: Any) -> Any:
-    """GpSimd: dst = the values of an index expression (e.g. nl.arange(128)[:, None] * 4)."""
+def iota(dst: Any = None, pattern: Any = None, offset: int = 0, channel_multiplier: int = 0, name: str | None = None,
+         expr: Any = None) -> Any:
+    """GpSimd: dst[p, ...] = offset + p * channel_multiplier + sum_k i_k * step_k over the pattern
+    [[step, num], ...] (outermost first, at most 4 pairs; nums multiply to dst's elements per partition),
+    in int32 converted to dst's dtype. The index-expression form `iota(dst, expr)` (e.g.
+    nl.arange(128)[:, None] * 4, as in SDK 2.26) writes the expression's values instead."""
+    if expr is None and not isinstance(pattern, (list, tuple)):
+        pattern, expr = None, pattern  # the second argument is an index expression, not a pattern
+    if expr is None:
+        _need("iota", dst=dst, pattern=pattern)
+        return _selection.iota(dst, pattern, offset, channel_multiplier)
     _need("iota", dst=dst, expr=expr)
+    if pattern is not None or offset or channel_multiplier:
+        raise _NKIError("iota-form", "nki.isa.iota takes either an index expression (iota(dst, expr)) or an access "
+                        "pattern (iota(dst, pattern=[[step, num], ...], offset=..., channel_multiplier=...)), not "
+                        "both: add the offset to the expression")
     return _ins.iota(expr, dst=dst)
 
 

@@ -1,6 +1,7 @@
 """Selection instructions: elementwise choices between a tile and a fallback driven by a predicate
 tile (tensor_copy_predicated, select_reduce), by an affine expression of the element position
-(affine_select, GpSimd) or by the free-axis index against per-partition bounds (range_select)."""
+(affine_select, GpSimd) or by the free-axis index against per-partition bounds (range_select); and
+iota (GpSimd), which writes that affine expression of the position itself."""
 from __future__ import annotations
 
 from typing import Any
@@ -73,6 +74,31 @@ def affine_positions(pattern: Any, channel_multiplier: int, offset: int, parts: 
     return values.astype(np.int32)
 
 
+def _pattern_positions(what: str, pattern: Any, channel_multiplier: int, offset: int, layout: Any) -> np.ndarray:
+    """affine_positions over `layout`'s partitions, once the pattern is checked: at most 4 [step, num]
+    pairs (the GpSimd access pattern is 4-D) whose nums multiply to its elements per partition."""
+    free = opd.rows(layout.data).shape[1]
+    pairs = list(pattern) if isinstance(pattern, (list, tuple)) else None
+    if pairs is None or not all(isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in pairs):
+        raise NKIError("affine-pattern", f"{what}: pattern must be a list of [step, num] pairs (outermost first), "
+                       f"got {pattern!r}")
+    if not pairs or len(pairs) > 4 or any(int(num) < 1 for _, num in pairs) \
+            or int(np.prod([int(num) for _, num in pairs])) != free:
+        raise NKIError("affine-pattern", f"{what}: pattern {pattern} must have 1 to 4 [step, num] pairs whose nums "
+                       f"(each >= 1) multiply to the {free} elements per partition of the tile {layout.shape}")
+    return affine_positions(pairs, channel_multiplier, offset, layout.shape[0])
+
+
+def iota(dst: Any, pattern: Any, offset: int = 0, channel_multiplier: int = 0) -> Any:
+    """GpSimd: dst = offset + partition * channel_multiplier + the pattern's free-axis terms, computed
+    in 32-bit integer arithmetic (wrapping) and converted to dst's dtype."""
+    target = _ins.destination(dst, "iota", ("sbuf",))
+    values = _pattern_positions("iota", pattern, channel_multiplier, offset, target).reshape(target.shape)
+    target.write(Ellipsis, _ins._round(values, target.dtype, current().fp32_compute))
+    _ins._record_lanes(cm.GPSIMD, "iota", target.shape, target.dtype)
+    return target
+
+
 def affine_select(pattern: Any, channel_multiplier: int, on_true_tile: Any, on_false_value: float,
                   cmp_op: Any = "equal", offset: int = 0, dst: Any = None) -> Any:
     """GpSimd: dst = on_true_tile where cmp_op(affine value of the position, 0), else on_false_value;
@@ -82,11 +108,8 @@ def affine_select(pattern: Any, channel_multiplier: int, on_true_tile: Any, on_f
     opd.need_buffer(what, "on_true_tile", x, ("sbuf",))
     target = _ins.destination(dst, what, ("sbuf",))
     opd.same_layout(what, x, dst=target)
-    if len(pattern) > 4 or int(np.prod([num for _, num in pattern])) != opd.rows(x.data).shape[1]:
-        raise NKIError("affine-pattern", f"{what}: pattern {pattern} must have at most 4 [step, num] pairs whose "
-                       f"nums multiply to the {opd.rows(x.data).shape[1]} elements per partition of on_true_tile")
     keep = _comparison(cmp_op, what, _COMPARISONS + ("not_equal",))(
-        affine_positions(pattern, channel_multiplier, offset, x.shape[0]), 0)
+        _pattern_positions(what, pattern, channel_multiplier, offset, x), 0)
     return _select(what, keep, x, on_false_value, target, None, cm.GPSIMD)
 
 
