@@ -255,8 +255,10 @@ class Tile(NKIObject, TensorViews):
         return _ins.copy(self, dtype)
 
     def indirect(self, index: Any, num_elem: int | None = None) -> Tile:
-        raise NKIError("unsupported-feature", "NkiTensor.indirect (tensor indirection, NeuronCore-v4) is not "
-                       "simulated: gather with an indirect DMA")
+        """Tensor indirection (NeuronCore-v4): the columns at the offsets in `index`, gathered when
+        read and scattered when written (nki/simulator/indirection.py)."""
+        from .indirection import indirect  # imported here: it builds on Tile and the operand rules
+        return indirect(self, index, num_elem)
 
     def vector_select(self, dim: int, vector_offset: Any) -> Tile:
         raise NKIError("unsupported-feature", "NkiTensor.vector_select (per-partition indirect rows) is not "
