@@ -112,10 +112,11 @@ def nc_matmul(dst: Any = None, stationary: Any = None, moving: Any = None, is_st
     """TensorE: dst[M, N] (PSUM, fp32) = stationary[K<=128, M<=128]^T @ moving[K, N<=512].
 
     The product accumulates onto dst unless `accumulate=False` (PSUM accumulation);
-    `is_transpose=True` makes it a transpose of `moving` (stationary is the identity)."""
+    `is_transpose=True` is the PE-array transpose (moving is an identity, so dst = stationary^T),
+    which overwrites dst in its own dtype."""
     _need("nc_matmul", dst=dst, stationary=stationary, moving=moving)
     if is_transpose:
-        return _ins.transpose(moving, dst=dst)
+        return _ins.matmul(stationary, moving, dst=dst, accumulate=False)
     return _ins.matmul(stationary, moving, dst=dst, accumulate=accumulate)
 
 

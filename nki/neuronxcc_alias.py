@@ -27,6 +27,8 @@ ALIASES = {
     "neuronxcc.nki": "nki.legacy",
     "neuronxcc.nki.language": "nki.legacy.language",
     "neuronxcc.nki.isa": "nki.legacy.isa",
+    "neuronxcc.nki.typing": "nki.typing",
+    "neuronxcc.nki.compiler": "nki.compiler",
 }
 
 
@@ -57,7 +59,7 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
             return importlib.machinery.ModuleSpec(fullname, _AliasLoader(None), is_package=True)
         if fullname in ALIASES:
             return importlib.machinery.ModuleSpec(fullname, _AliasLoader(ALIASES[fullname]),
-                                                  is_package=not fullname.endswith(("language", "isa")))
+                                                  is_package=fullname == "neuronxcc.nki")
         return None
 
 

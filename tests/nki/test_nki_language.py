@@ -185,6 +185,23 @@ def test_isa_functions_write_their_destination():
     _check_isa_outputs(x, b, outs)
 
 
+@pytest.mark.parametrize("dtype", [nl.float32, nl.bfloat16])
+def test_nc_matmul_is_transpose_transposes_the_stationary_tile_through_an_identity(dtype):
+    x = rand(32, 5)
+
+    @nki.jit
+    def k(x, out):
+        s = nl.ndarray((32, 5), dtype)
+        nisa.dma_copy(dst=s, src=x)
+        t = nl.ndarray((5, 32), dtype, buffer=nl.psum)
+        t[...] = 7.0  # overwritten, not accumulated
+        assert nisa.nc_matmul(t, s, nl.shared_identity_matrix(32, dtype=dtype), is_transpose=True) is t
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    out = nki.simulate(k)(x, np.zeros((5, 32), F32))
+    np.testing.assert_array_equal(out, x.astype(dtype).astype(F32).T)
+
+
 def test_legacy_isa_functions_return_new_tiles():
     x, b = rand(128, 64), rand(128, 1)
 
