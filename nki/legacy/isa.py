@@ -6,6 +6,7 @@ from typing import Any
 from .. import isa as _isa
 from ..isa import _engine, dge_mode, get_nc_version, nc_version, oob_mode, reduce_cmd  # noqa: F401
 from ..simulator import (
+    blocks as _blocks,
     data_movement as _moves,
     indexing as _indexing,
     instructions as _ins,
@@ -29,9 +30,8 @@ unknown_engine = None
 def nc_matmul(stationary: Any, moving: Any, is_stationary_onezero: bool = False,
               is_moving_onezero: bool = False, is_transpose: bool = False, mask: Any = None, **_: Any) -> Any:
     """TensorE: stationary[K<=128, M<=128]^T @ moving[K, N<=512] -> new PSUM [M, N] fp32
-    (`psum_tile += nc_matmul(...)` accumulates)."""
-    if is_transpose:
-        return _ins.transpose(moving)
+    (`psum_tile += nc_matmul(...)` accumulates); with `is_transpose` moving is an identity, so the
+    product is stationary^T."""
     return _ins.matmul(stationary, moving)
 
 
@@ -143,8 +143,9 @@ def tensor_partition_reduce(op: Any, data: Any, mask: Any = None, dtype: Any = N
 
 
 def bn_stats(data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
-    """VectorE: a new tile of (count, mean, variance * count) of the even then odd elements."""
-    return _statistics.bn_stats(data, dtype=dtype)
+    """VectorE: a new tile of (count, mean, variance * count) of the even then odd elements
+    (of the elements `mask` keeps)."""
+    return _ins.masked(mask, _statistics.bn_stats, data, dtype=dtype)
 
 
 def bn_aggr(data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
@@ -213,3 +214,36 @@ def local_gather(src_buffer: Any, index: Any, num_elem_per_idx: int = 1, num_val
     """GpSimd: a new tile [P, num_valid_indices, num_elem_per_idx] gathered per 16-partition core
     at the core's uint16 indices."""
     return _moves.local_gather(None, src_buffer, index, num_elem_per_idx, num_valid_indices)
+
+
+# ----------------------------------------------------------------------------- SDK 2.27-2.29 additions
+# Instructions first documented by SDK 2.27-2.29, whose kernels still called them through
+# `neuronxcc.nki.isa`: they only ever had the destination form (`dst=` given), so the legacy module
+# exposes the current instructions themselves.
+from ..isa import (  # noqa: E402, F401
+    core_barrier,
+    dma_compute,
+    exponential,
+    nc_matmul_mx,
+    nc_n_gather,
+    nonzero_with_count,
+    quantize_mx,
+    rand2,
+    rand_get_state,
+    rand_set_state,
+    register_alloc,
+    register_load,
+    register_move,
+    register_store,
+    rng,
+    sendrecv,
+    set_rng_seed,
+    tensor_scalar_cumulative,
+)
+
+# Whole block tensors (nki.simulator.blocks): elementwise instructions run once per block, DMA takes
+# them as they are, the others refuse them.
+_blocks.guard(globals(),
+              elementwise={"activation", "tensor_tensor", "tensor_scalar", "tensor_copy", "reciprocal",
+                           "scalar_tensor_tensor"},
+              passthrough={"dma_copy", "get_nc_version", "register_alloc", "register_move"})
