@@ -28,7 +28,13 @@ from .dtypes import (  # noqa: F401
     uint32,
 )
 from .errors import NKIError as _NKIError
-from .simulator import cost_model as _cm, data_movement as _moves, instructions as _ins, prng as _prng
+from .simulator import (
+    cost_model as _cm,
+    data_movement as _moves,
+    index_expr as _index_expr,
+    instructions as _ins,
+    prng as _prng,
+)
 from .simulator.context import current as _current
 from .simulator.engine import nc  # noqa: F401  (nl.nc: a grid dimension of logical cores)
 from .simulator.operands import need_generation as _need_generation
@@ -91,7 +97,7 @@ def _buffer_of(x: Any) -> str:
 # ----------------------------------------------------------------------------- elementwise math
 def _unary(name: str) -> Callable[..., NkiTensor]:
     def op(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
-        return _ins.unary(name, x, dtype)
+        return _ins.masked(mask, _ins.unary, name, x, dtype)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} of a tile (ScalarE/VectorE instruction)."
     op._nki_op = name  # type: ignore[attr-defined]
@@ -100,7 +106,7 @@ def _unary(name: str) -> Callable[..., NkiTensor]:
 
 def _binary(name: str) -> Callable[..., NkiTensor]:
     def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
-        return _ins.binary(name, x, y, dtype)
+        return _ins.masked(mask, _ins.binary, name, x, y, dtype)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Elementwise {name} of two tiles or a tile and a scalar (VectorE)."
     op._nki_op = name  # type: ignore[attr-defined]
@@ -180,13 +186,13 @@ prelu._nki_op = "prelu"  # type: ignore[attr-defined]
 
 def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Select x where condition (a tile or index expression) is true, else y (VectorE)."""
-    return _ins.where(condition, x, y, dtype)
+    return _ins.masked(mask, _ins.where, condition, x, y, dtype)
 
 
 # ----------------------------------------------------------------------------- reductions
 def _reduction(name: str, opname: str) -> Callable[..., NkiTensor]:
     def op(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, mask: Any = None) -> NkiTensor:
-        return _ins.reduce(opname, x, axis, keepdims, dtype)
+        return _ins.masked(mask, _ins.reduce, opname, x, axis, keepdims, dtype)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"{name} along free axes (default: all free axes) of a tile (VectorE)."
     op._nki_op = opname  # type: ignore[attr-defined]
@@ -315,7 +321,7 @@ def random_seed(seed: Any, mask: Any = None) -> None:
 
 def copy(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
     """Copy a tile into a new SBUF tile, converting to `dtype` (e.g. PSUM fp32 -> SBUF bf16)."""
-    return _ins.copy(x, dtype)
+    return _ins.masked(mask, _ins.copy, x, dtype)
 
 
 # ----------------------------------------------------------------------------- TensorE
@@ -409,8 +415,9 @@ def device_print(prefix: str, x: Any, mask: Any = None) -> None:
 
 # ----------------------------------------------------------------------------- index expressions
 def arange(*args: int) -> np.ndarray:
-    """Index expression: nl.arange(128)[:, None] indexes partitions, nl.arange(512)[None, :] the free axis."""
-    return np.arange(*args)
+    """Index expression: nl.arange(128)[:, None] indexes partitions, nl.arange(512)[None, :] the free axis.
+    Each call is its own index variable (one tile axis wherever it is used)."""
+    return _index_expr.arange(*args)
 
 
 def ds(start: Any, size: int) -> slice:
@@ -443,10 +450,11 @@ class _IndexGrid(tuple):
 
 
 class _Grid:
-    """nl.mgrid[0:128, 0:512]: broadcastable index expressions, one per axis."""
+    """nl.mgrid[0:128, 0:512]: one index variable per axis, as broadcastable (open-grid) arrays. An
+    access gets one tile axis per variable it uses, so `a[ix, iy]` of a 3-axis grid is 2-D."""
 
     def __getitem__(self, key: Any) -> _IndexGrid:
-        return _IndexGrid(np.ogrid[key if isinstance(key, tuple) else (key,)])
+        return _IndexGrid(_index_expr.grid(key if isinstance(key, tuple) else (key,)))
 
 
 mgrid = _Grid()

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..dtypes import as_dtype, bool_, float32, is_float, promote
 from ..errors import NKIError
-from . import cost_model as cm, rules, tile as _tile
+from . import cost_model as cm, index_expr as _ix, rules, tile as _tile
 from .context import current
 from .ops import BINARY, INTEGER_CLOSED, REDUCE, UNARY, op_name, require
 from .tile import AccessPattern, Tile, resolve
@@ -130,6 +130,59 @@ def emit(values: np.ndarray, dtype: np.dtype, dst: Any, what: str, buffer: str =
     return target
 
 
+def masked(mask: Any, instruction: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run `instruction` under a legacy `mask=`: masked-out elements are neither read nor computed.
+    A mask that keeps a box of a tile operand (a ragged tail) narrows the operand to the box, and a
+    result of the box's extent on an axis is returned at the operand's full extent (zero outside the
+    box). Any other mask only excuses the out-of-range positions of an index expression it excludes."""
+    if mask is None:
+        return instruction(*args, **kwargs)
+    boxes: list[tuple[tuple[int, ...], tuple[slice, ...]]] = []
+    args = tuple(_masked_operand(a, mask, boxes) for a in args)
+    kwargs = {k: _masked_operand(v, mask, boxes) for k, v in kwargs.items()}
+    out = instruction(*args, **kwargs)
+    return _unbox(out, *boxes[0]) if boxes and isinstance(out, Tile) and out.on_chip else out
+
+
+def _mask_on(tile: Tile, mask: Any) -> np.ndarray | None:
+    """The mask as a boolean array of the tile's shape (None if it does not lay out on it)."""
+    axes = tile._index.axes if tile._index is not None else None
+    try:
+        return np.broadcast_to(_ix.on_axes(mask, axes) != 0, tile.shape)
+    except (ValueError, NKIError):
+        return None
+
+
+def _masked_operand(x: Any, mask: Any, boxes: list) -> Any:
+    if not isinstance(x, Tile) or x.is_hbm:
+        return x
+    pending = isinstance(x, _tile.PendingTile)
+    keep = _mask_on(x, mask)
+    if keep is None or (pending and (x._index.invalid & keep).any()):
+        return x.data if pending else x  # reading a pending tile raises the out-of-bounds error
+    values = x.clipped if pending else x.data
+    rows = [np.flatnonzero(keep.any(axis=tuple(a for a in range(keep.ndim) if a != d))) for d in range(keep.ndim)]
+    if any(r.size == 0 for r in rows):
+        return x
+    box = tuple(slice(int(r[0]), int(r[-1]) + 1) for r in rows)
+    if not keep[box].all():  # not a box: compute everywhere, out-of-range positions read as 0
+        return Tile(np.where(keep, values, np.zeros((), values.dtype)), x.dtype, x.buffer, base=x) if pending else x
+    boxes.append((x.shape, box))
+    return Tile(values[box], x.dtype, x.buffer, base=x)
+
+
+def _unbox(out: Tile, full: tuple[int, ...], box: tuple[slice, ...]) -> Tile:
+    """A result computed on the box, at the operand's full extent on the axes it kept."""
+    sizes = [b.stop - b.start for b in box]
+    place = [box[d] if d < len(box) and n == sizes[d] != full[d] else slice(None) for d, n in enumerate(out.shape)]
+    if all(p == slice(None) for p in place):
+        return out
+    shape = tuple(full[d] if p != slice(None) else n for d, (p, n) in enumerate(zip(place, out.shape)))
+    values = np.zeros(shape, out.data.dtype)
+    values[tuple(place)] = out.data
+    return new_tile(values, out.dtype, out.buffer)
+
+
 def _record_lanes(engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
                   ops_per_element: float = 1.0, tile_inputs: int = 1) -> None:
     ctx = current()
@@ -213,9 +266,9 @@ def assign(tile: Tile, key: Any, value: Any) -> None:
     data, _ = _value(value, "tile assignment")
     data = _compute(lambda v: v, [data], is_float(tile.dtype))
     try:
-        data = np.broadcast_to(data, index.shape)
-    except ValueError as exc:
-        raise _broadcast_error("tile assignment", exc) from None
+        data = fit(data, index.shape, "tile assignment")  # partition-aligned, as instruction destinations
+    except NKIError as exc:
+        raise NKIError("shape-mismatch", exc.detail) from None
     tile.write(index.key, _round(data, tile.dtype, current().fp32_compute))
     _record_lanes(cm.VECTOR, "tensor_copy", index.shape, tile.dtype)
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NKIError
-from . import rules
+from . import index_expr as _ix, rules
 from .views import TensorViews
 
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
@@ -49,6 +49,8 @@ class Index:
     shape: tuple[int, ...]
     basic: bool
     mask: np.ndarray | None = None
+    axes: tuple | None = None            # grid axes of the result dims (index expressions of known axes)
+    invalid: np.ndarray | None = None    # lazy resolution: result positions outside the tensor
 
 
 def _is_int(k: Any) -> bool:
@@ -71,8 +73,10 @@ def _oob(owner: str, shape: tuple[int, ...], dim: int, what: str) -> NKIError:
                     f"use a smaller tile or a mask")
 
 
-def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None) -> Index:
-    """Check `key` against `shape` (out-of-bounds is an error) and build the numpy key."""
+def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None, lazy: bool = False) -> Index:
+    """Check `key` against `shape` and build the numpy key. Out-of-bounds is an error, except with
+    `lazy`: index-expression positions outside the tile are clipped and kept in `Index.invalid`
+    (an instruction may still exclude them with its mask)."""
     key = _normalize(key, shape, owner)
     parts: list[Any] = []
     basic = mask is None
@@ -99,9 +103,58 @@ def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None) -> I
     if basic:
         out = tuple(len(range(p.start, p.stop, p.step)) for p in parts if isinstance(p, slice))
         return Index(tuple(parts), out, True)
-    # Advanced form: each slice becomes an arange on its own output axis, arrays broadcast.
+    arrays, axes = _advanced(parts)
+    try:
+        out_shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
+        full_mask = None if mask is None else np.broadcast_to(_ix.on_axes(mask, axes), out_shape)
+    except ValueError as exc:
+        raise NKIError("index-expression", f"index expressions / mask do not broadcast: {exc}") from exc
+    checked = []
+    invalid = np.zeros(out_shape, bool) if lazy else None
+    for dim, a in enumerate(arrays):
+        a = np.broadcast_to(a, out_shape)
+        live = a if full_mask is None else a[full_mask]
+        if live.size and (live.min() < 0 or live.max() >= shape[dim]):
+            if not lazy:
+                bad = live[(live < 0) | (live >= shape[dim])][0]
+                raise _oob(owner, shape, dim, str(int(bad)))
+            invalid |= (a < 0) | (a >= shape[dim])
+            a = np.clip(a, 0, shape[dim] - 1)
+        checked.append(a if full_mask is None else np.where(full_mask, a, 0))
+    return Index(tuple(checked), tuple(out_shape), False, full_mask, axes,
+                 invalid if invalid is not None and invalid.any() else None)
+
+
+def _advanced(parts: list[Any]) -> tuple[list[Any], tuple | None]:
+    """The index arrays of an advanced key and the grid axes of the result. When every array is an
+    index expression of known axes, the result has one axis per index variable used, in the order
+    the key first uses them (NKI); otherwise arrays broadcast as in numpy. Slices are axes of their own."""
+    exprs = [p for p in parts if isinstance(p, np.ndarray)]
+    if all(_ix.tracked(p) for p in exprs):
+        order: list[Any] = []
+        extents: dict[Any, int] = {}
+        for p in parts:
+            if isinstance(p, slice):
+                axis = _ix.Axis("slice")
+                order.append(axis)
+                extents[axis] = len(range(p.start, p.stop, p.step))
+            elif isinstance(p, np.ndarray):
+                for axis, n in _ix.spanned(p):
+                    if axis not in extents:
+                        order.append(axis)
+                        extents[axis] = n
+        arrays = []
+        for p, axis in zip(parts, _slice_axes(parts, order)):
+            if isinstance(p, slice):
+                at = order.index(axis)
+                arrays.append(np.arange(p.start, p.stop, p.step).reshape([-1 if i == at else 1
+                                                                          for i in range(len(order))]))
+            else:
+                arrays.append(_ix.place(p, order, "index") if isinstance(p, np.ndarray) else p)
+        return arrays, tuple(order)
+    # numpy form: each slice becomes an arange on its own output axis, arrays broadcast.
     free_axes = [i for i, p in enumerate(parts) if not _is_int(p)]
-    arrays: list[Any] = []
+    arrays = []
     for i, p in enumerate(parts):
         if isinstance(p, slice):
             axis_shape = [1] * len(free_axes)
@@ -109,20 +162,13 @@ def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None) -> I
             arrays.append(np.arange(p.start, p.stop, p.step).reshape(axis_shape))
         else:
             arrays.append(p)
-    try:
-        out_shape = np.broadcast_shapes(*(np.shape(a) for a in arrays))
-        full_mask = None if mask is None else np.broadcast_to(np.asarray(mask, bool), out_shape)
-    except ValueError as exc:
-        raise NKIError("index-expression", f"index expressions / mask do not broadcast: {exc}") from exc
-    checked = []
-    for dim, a in enumerate(arrays):
-        a = np.broadcast_to(a, out_shape)
-        live = a if full_mask is None else a[full_mask]
-        if live.size and (live.min() < 0 or live.max() >= shape[dim]):
-            bad = live[(live < 0) | (live >= shape[dim])][0]
-            raise _oob(owner, shape, dim, str(int(bad)))
-        checked.append(a if full_mask is None else np.where(full_mask, a, 0))
-    return Index(tuple(checked), tuple(out_shape), False, full_mask)
+    return arrays, None
+
+
+def _slice_axes(parts: list[Any], order: list[Any]) -> list[Any]:
+    """The axis of each slice of `parts` in `order` (slice axes are labelled "slice", in key order)."""
+    slices = iter(a for a in order if a.name == "slice")
+    return [next(slices) if isinstance(p, slice) else None for p in parts]
 
 
 def _on_chip_key(key: Any, shape: tuple[int, ...], owner: str) -> Any:
@@ -202,8 +248,9 @@ class Tile(NKIObject, TensorViews):
         if self.is_hbm:
             return AccessPattern(self, key)
         owner = f"{self.buffer.upper()} tile"
-        index = resolve(self.shape, _on_chip_key(key, self.shape, owner), owner)
-        return Tile(self.data[index.key], self.dtype, self.buffer, base=self, key=key, index=index)
+        index = resolve(self.shape, _on_chip_key(key, self.shape, owner), owner, lazy=True)
+        kind = Tile if index.invalid is None else PendingTile
+        return kind(self.data[index.key], self.dtype, self.buffer, base=self, key=key, index=index)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(value, Tile) and value._base is self and value._key is key:
@@ -288,6 +335,39 @@ class Tile(NKIObject, TensorViews):
     def __itruediv__(self, o: Any) -> Tile: return _ins.inplace("divide", self, o)
 
 
+class PendingTile(Tile):
+    """`tile[index expressions]` reaching positions outside the tile: the positions are clipped and
+    remembered. Only an instruction whose mask excludes them may read it (instructions.masked);
+    reading it otherwise is the out-of-bounds error."""
+
+    def __init__(self, data: np.ndarray, *args: Any, **kwargs: Any) -> None:
+        self.clipped = data
+        super().__init__(data, *args, **kwargs)
+
+    @property
+    def data(self) -> np.ndarray:  # type: ignore[override]
+        bad = int(self._index.invalid.sum())
+        raise NKIError("out-of-bounds", f"{bad} positions of this index expression are outside the "
+                       f"{self._base.buffer.upper()} tile of shape {self._base.shape}; accesses are never clipped: "
+                       f"use a smaller tile or a mask (mask=...) that excludes them")
+
+    @data.setter
+    def data(self, values: np.ndarray) -> None:
+        self.clipped = values
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.clipped.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.clipped.ndim
+
+    @property
+    def size(self) -> int:
+        return self.clipped.size
+
+
 class AccessPattern:
     """`hbm_tensor[key]`: resolved and bounds-checked (with the instruction's mask) when a DMA
     instruction uses it."""
@@ -302,6 +382,10 @@ class AccessPattern:
         if name in _TENSOR_API:
             return getattr(self.view_tensor(), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getitem__(self, key: Any) -> AccessPattern:
+        """`hbm[b, h][i, j]`: indexing the view again (the first index takes ints, slices or nl.ds)."""
+        return AccessPattern(self.view_tensor(), key)
 
     def view_tensor(self) -> Tile:
         """`tensor[key]` as a view tensor sharing the HBM storage (ints, slices and ds only)."""

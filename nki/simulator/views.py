@@ -209,15 +209,21 @@ class TensorViews:
         except ValueError as exc:
             raise NKIError("view-dtype", f"cannot view {self.shape} {self.dtype} as {new}: {exc}") from None
 
-    def ap(self, pattern: Any, offset: int | None = None, scalar_offset: Any = None, vector_offset: Any = None,
-           indirect_dim: int = 0, dtype: Any = None) -> Any:
+    def ap(self, pattern: Any = None, offset: int | None = None, scalar_offset: Any = None,
+           vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> Any:
         """A view of the underlying storage through an explicit access pattern [[stride, count], ...]
-        (leading pair: partitions for on-chip tensors); `offset` (elements) is added to this view's
-        storage offset, `scalar_offset` (read now) times the stride of `indirect_dim` too."""
+        (leading pair: partitions for on-chip tensors; default: this view's own pattern). `offset`
+        (elements) is added to this view's storage offset; `scalar_offset` (read now) selects index
+        `scalar_offset` along dimension `indirect_dim` of this tensor, so it is scaled by this tensor's
+        stride of that dimension (not by the pattern's: `out.ap([[N, M], [1, N]], scalar_offset=r,
+        indirect_dim=0)` on an (R, M, N) tensor addresses slot r)."""
         if vector_offset is not None:
             raise NKIError("unsupported-feature", "ap(vector_offset=...) (per-partition indirect addressing) is not "
                            "simulated: gather the rows with an indirect DMA")
         flat, base = self._storage()
+        if scalar_offset is not None:  # counted in this tensor's elements, before any dtype change
+            base += scalar_value(scalar_offset, "ap scalar_offset") * self.strides[
+                _dim(indirect_dim, self.ndim, "ap indirect_dim")]
         if dtype is not None and as_dtype(dtype) != self.dtype:
             new = as_dtype(dtype)
             if flat.dtype != self.dtype:
@@ -225,12 +231,10 @@ class TensorViews:
                                f"and cannot be reinterpreted")
             base = base * flat.itemsize // new.itemsize
             flat = flat.view(new)
-        steps = [(int(s), int(c)) for s, c in pattern]
+        steps = [(int(s), int(c)) for s, c in (self.get_pattern() if pattern is None else pattern)]
         if not steps or any(c < 1 for _, c in steps):
             raise NKIError("ap-pattern", f"ap pattern {pattern} needs [stride, count] pairs with count >= 1")
         start = base + (offset or 0)
-        if scalar_offset is not None:
-            start += scalar_value(scalar_offset, "ap scalar_offset") * steps[indirect_dim][0]
         self._check_pattern(steps, start, flat)
         view = self._view(np.lib.stride_tricks.as_strided(
             flat[start:], [c for _, c in steps], [s * flat.itemsize for s, _ in steps]), flat.dtype)
