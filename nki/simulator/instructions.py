@@ -359,8 +359,8 @@ def reduce(op: Any, data: Any, axis: Any = None, keepdims: bool = False, dtype: 
 
 def broadcast(tile: Tile, shape: tuple[int, ...]) -> Tile:
     value, _ = _value(tile, "broadcast_to")
-    try:
-        out = np.broadcast_to(value, shape)
+    try:  # partition-aligned: a [P] reduction result broadcasts as [P, 1]
+        out = np.broadcast_to(align_partitions([value, np.empty(shape, bool)])[0], shape)
     except ValueError as exc:
         raise _broadcast_error("broadcast_to", exc) from None
     result = new_tile(np.array(out), tile.dtype)

@@ -197,3 +197,16 @@ def test_mask_that_keeps_out_of_range_positions_is_a_rule():
         t = nl.load(x)
         nl.exp(t[i_p, 128 + i_f], mask=(128 + i_f < 250))  # <- rule
     expect_rule(k, [rand(128, 200)], "out-of-bounds")
+
+
+def test_broadcast_to_of_a_reduction_result_is_partition_aligned():
+    x = rand(128, 64)
+
+    @nki.jit
+    def k(x, out):
+        t = nl.load(x)
+        total = legacy_isa.tensor_reduce(np.add, data=t, axis=(1,))
+        nl.store(out, value=t * (1.0 / total).broadcast_to((128, 64)))
+        return out
+    out = nki.simulate(k)(x, np.zeros_like(x))
+    np.testing.assert_allclose(out, x / x.sum(1, keepdims=True), rtol=1e-4)
