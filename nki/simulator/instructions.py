@@ -88,8 +88,9 @@ def new_tile(values: np.ndarray, dtype: np.dtype, buffer: str = "sbuf", name: st
 
 
 def fit(values: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
-    """`values` shaped as a destination of `shape`: equal, partition-aligned broadcast, or the same
-    elements per partition in another free layout ([P, 1] into [P] and back)."""
+    """`values` shaped as a destination of `shape`: equal, partition-aligned broadcast, the same
+    elements per partition in another free layout ([P, 1] into [P] and back), or the same shape
+    but for unit axes ([1, F] into [F]: no element moves)."""
     values = np.asarray(values)
     if values.shape == tuple(shape):
         return values
@@ -99,7 +100,9 @@ def fit(values: np.ndarray, shape: tuple[int, ...], what: str) -> np.ndarray:
         return np.broadcast_to(values, shape)
     except ValueError:
         pass
-    if values.ndim and len(shape) and values.shape[0] == shape[0] and values.size == math.prod(shape):
+    if values.size == math.prod(shape) and (
+            (values.ndim and len(shape) and values.shape[0] == shape[0])
+            or [n for n in values.shape if n != 1] == [n for n in shape if n != 1]):
         return values.reshape(shape)
     raise NKIError("dst-shape", f"{what}: result of shape {values.shape} does not fit destination of shape "
                    f"{tuple(shape)}")

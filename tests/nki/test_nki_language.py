@@ -426,3 +426,16 @@ def test_run_from_threads_is_isolated():
     for t in threads:
         t.join()
     assert results == {n: (n + 1, 3 * n, True) for n in range(1, 6)}
+
+
+def test_a_row_tile_stores_into_a_row_of_hbm_selected_by_an_integer():
+    # [1, F] into out[0, :] (shape (F,)): the shapes differ only by a unit axis, no element moves
+    x = rand(1, 64)
+
+    @nki.jit
+    def k(x, out):
+        nl.store(out[0, :], value=nl.load(x))
+        return out
+    out = nki.simulate(k)(x, np.zeros((2, 64), F32))
+    np.testing.assert_array_equal(out[0], x[0])
+    np.testing.assert_array_equal(out[1], 0)
