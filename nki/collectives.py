@@ -208,6 +208,15 @@ def all_gather(srcs: list, dsts: list, replica_group: ReplicaGroup, collective_d
     _collective("all_gather", replica_group, ins, outs, complete)
 
 
+def _split_evenly(ins: list[_Operand], outs: list[_Operand], dim: int, n: int, what: str) -> list:
+    """The (src, dst) pairs, each src splitting into n equal parts along `dim`."""
+    for i in ins:
+        if i.shape[dim] % n:
+            raise _NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
+                            f"into {n} equal parts")
+    return list(zip(ins, outs))
+
+
 def reduce_scatter(srcs: list, dsts: list, replica_group: ReplicaGroup, collective_dim: int, op: Any,
                    priority: int | None = None, name: str | None = None) -> None:
     """The op-reduction of the ranks' ``srcs[i]``, split in equal parts along `collective_dim` (0):
@@ -217,10 +226,7 @@ def reduce_scatter(srcs: list, dsts: list, replica_group: ReplicaGroup, collecti
     ins, outs = _operands(srcs, dsts, what)
     dim = _check_dim(collective_dim, ins, what)
     n = _list_size(replica_group, what)
-    for i, o in zip(ins, outs):
-        if i.shape[dim] % n:
-            raise _NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
-                           f"into {n} equal parts")
+    for i, o in _split_evenly(ins, outs, dim, n, what):
         _expect(o, _scaled(i.shape, dim, 1 / n), what)
 
     def complete(members: tuple[int, ...], calls: dict[int, _Call]) -> None:
@@ -240,10 +246,7 @@ def all_to_all(srcs: list, dsts: list, replica_group: ReplicaGroup, collective_d
     ins, outs = _operands(srcs, dsts, what, hbm_only=True)
     dim = _check_dim(collective_dim, ins, what)
     n = _list_size(replica_group, what)
-    for i, o in zip(ins, outs):
-        if i.shape[dim] % n:
-            raise _NKIError("collective-shape", f"{what}: src dimension {dim} of size {i.shape[dim]} does not split "
-                           f"into {n} equal parts")
+    for i, o in _split_evenly(ins, outs, dim, n, what):
         _expect(o, i.shape, what)
 
     def complete(members: tuple[int, ...], calls: dict[int, _Call]) -> None:

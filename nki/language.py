@@ -32,6 +32,7 @@ from .simulator import (
     cost_model as _cm,
     data_movement as _moves,
     index_expr as _index_expr,
+    indirection as _indirection,  # noqa: F401  (binds NkiTensor.indirect)
     instructions as _ins,
     prng as _prng,
 )

@@ -9,7 +9,7 @@ import nki.isa as nisa
 import nki.language as nl
 
 from ._tiles import P, bank_tiles, partition_sum, store_banks, tiles
-from .rmsnorm import broadcast_row, inverse_rms, load_rows, scale_shift, store_input_grad
+from .rmsnorm import broadcast_row, inverse_rms, load_rows, store_input_grad, store_normalized
 
 
 def _row_mean(values: Any) -> Any:
@@ -39,11 +39,7 @@ def layernorm_fwd(x: Any, weight: Any, bias: Any = None, residual: Any = None, e
         centred = nl.ndarray((rsz, D), nl.float32)
         nisa.tensor_scalar(centred, h, nl.subtract, mean)
         rstd = inverse_rms(centred, eps)
-        xhat = nl.ndarray((rsz, D), nl.float32)
-        nisa.tensor_scalar(xhat, centred, nl.multiply, rstd)
-        y = nl.ndarray((rsz, D), x.dtype)
-        scale_shift(y, xhat, w, b)
-        nl.store(out[nl.ds(r0, rsz), :], value=y)
+        store_normalized(out, centred, rstd, w, b, r0)
         nl.store(mean_out.reshape((R, 1))[nl.ds(r0, rsz), :], value=mean)
         nl.store(rstd_out.reshape((R, 1))[nl.ds(r0, rsz), :], value=rstd)
     return (out, mean_out, rstd_out) if residual is None else (out, h_out, mean_out, rstd_out)

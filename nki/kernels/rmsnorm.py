@@ -42,6 +42,16 @@ def inverse_rms(values: Any, eps: float) -> Any:
     return rstd
 
 
+def store_normalized(out: Any, values: Any, rstd: Any, weight: Any, bias: Any, r0: int) -> None:
+    """out[r0:r0+rows] = values * rstd * weight (+ bias), rounded to out's dtype."""
+    rows, D = values.shape
+    xhat = nl.ndarray((rows, D), nl.float32)
+    nisa.tensor_scalar(xhat, values, nl.multiply, rstd)
+    y = nl.ndarray((rows, D), out.dtype)
+    scale_shift(y, xhat, weight, bias)
+    nl.store(out[nl.ds(r0, rows), :], value=y)
+
+
 def scale_shift(dst: Any, xhat: Any, weight: Any, bias: Any) -> None:
     """dst = xhat * weight (+ bias), weight / bias broadcast rows ([128, D] fp32)."""
     rows = xhat.shape[0]
@@ -70,11 +80,7 @@ def normalize_rows(x: Any, weight: Any, residual: Any, eps: float, out: Any, h_o
     for r0, rsz in tiles(R):
         h = load_rows(x, residual, h_out, r0, rsz)
         rstd = inverse_rms(h, eps)
-        xhat = nl.ndarray((rsz, D), nl.float32)
-        nisa.tensor_scalar(xhat, h, nl.multiply, rstd)
-        y = nl.ndarray((rsz, D), x.dtype)
-        scale_shift(y, xhat, w, None)
-        nl.store(out[nl.ds(r0, rsz), :], value=y)
+        store_normalized(out, h, rstd, w, None, r0)
         if rstd_out is not None:
             nl.store(rstd_out.reshape((R, 1))[nl.ds(r0, rsz), :], value=rstd)
 

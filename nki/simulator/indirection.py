@@ -14,7 +14,7 @@ import numpy as np
 
 from ..dtypes import uint16
 from ..errors import NKIError
-from . import operands as opd
+from . import operands as opd, tile as _tile
 from .tile import Index, Tile
 
 GROUP = 16  # partitions sharing one list of offsets (Vector / Scalar / GpSimd engines)
@@ -60,3 +60,6 @@ def indirect(data: Tile, index: Any, num_elem: int | None = None) -> Tile:
                 index=Index(key, columns.shape, False))
     view._indirect = True
     return view
+
+
+_tile.bind_indirection(indirect)

@@ -304,8 +304,7 @@ class Tile(NKIObject, TensorViews):
     def indirect(self, index: Any, num_elem: int | None = None) -> Tile:
         """Tensor indirection (NeuronCore-v4): the columns at the offsets in `index`, gathered when
         read and scattered when written (nki/simulator/indirection.py)."""
-        from .indirection import indirect  # imported here: it builds on Tile and the operand rules
-        return indirect(self, index, num_elem)
+        return _indirection(self, index, num_elem)
 
     def vector_select(self, dim: int, vector_offset: Any) -> Tile:
         raise NKIError("unsupported-feature", "NkiTensor.vector_select (per-partition indirect rows) is not "
@@ -437,3 +436,13 @@ _ins: Any = None
 def bind_instruction_set(instructions: Any) -> None:
     global _ins
     _ins = instructions
+
+
+# Tensor indirection (nki.simulator.indirection) builds on tiles and the operand rules: it binds
+# its view constructor here when imported (nki.language imports it).
+_indirection: Any = None
+
+
+def bind_indirection(view: Any) -> None:
+    global _indirection
+    _indirection = view
