@@ -44,7 +44,7 @@ def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, reduce_op
                reduce_res: Any = None, reduce_cmd: reduce_cmd = reduce_cmd.idle, mask: Any = None,
                dtype: Any = None, **_: Any) -> Any:
     """ScalarE: op(data * scale + bias); bias and scale are scalars or [P, 1] tiles."""
-    out = _ins.activation(op, data, bias, scale, dtype)
+    out = _ins.masked(mask, _ins.activation, op, data, bias, scale, dtype)
     reduce_into_registers(SCALAR, reduce_cmd, reduce_op, out, reduce_res, "activation")
     return out
 
@@ -52,32 +52,32 @@ def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, reduce_op
 def activation_reduce(op: Any, data: Any, reduce_op: Any = None, reduce_res: Any = None, bias: Any = None,
                       scale: Any = 1.0, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """`activation` whose free-axis sum is written into `reduce_res` ([P, 1])."""
-    return activation(op, data, bias, scale, reduce_op, reduce_res, reduce_cmd.reset_reduce, dtype=dtype)
+    return activation(op, data, bias, scale, reduce_op, reduce_res, reduce_cmd.reset_reduce, mask, dtype)
 
 
 def tensor_tensor(data1: Any, data2: Any, op: Any, dtype: Any = None, mask: Any = None, engine: Any = None,
                   **_: Any) -> Any:
     """VectorE (or GpSimd): op(data1, data2) elementwise."""
-    return _ins.binary(op_name(op), data1, data2, dtype, engine=_engine(engine, VECTOR))
+    return _ins.masked(mask, _ins.binary, op_name(op), data1, data2, dtype, engine=_engine(engine, VECTOR))
 
 
 def tensor_scalar(data: Any, op0: Any, operand0: Any, reverse0: bool = False, op1: Any = None,
                   operand1: Any = None, reverse1: bool = False, dtype: Any = None, mask: Any = None,
                   engine: Any = None, **_: Any) -> Any:
     """(data op0 operand0) op1 operand1 with scalar or [P, 1] operands."""
-    return _ins.tensor_scalar(data, op0, operand0, reverse0, op1, operand1, reverse1, dtype,
-                              engine=_engine(engine, VECTOR))
+    return _ins.masked(mask, _ins.tensor_scalar, data, op0, operand0, reverse0, op1, operand1, reverse1, dtype,
+                       engine=_engine(engine, VECTOR))
 
 
 def tensor_reduce(op: Any, data: Any, axis: Any, keepdims: bool = False, negate: bool = False,
                   dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE reduction (op = nl.add / nl.maximum / nl.minimum / nl.multiply) along free axes."""
-    return _ins.reduce(op, data, axis, keepdims, dtype, negate)
+    return _ins.masked(mask, _ins.reduce, op, data, axis, keepdims, dtype, negate)
 
 
 def tensor_copy(src: Any, dtype: Any = None, engine: Any = None, mask: Any = None, **_: Any) -> Any:
     """Copy a tile into a new SBUF tile (VectorE unless another engine is given)."""
-    return _ins.copy(src, dtype, engine=_engine(engine, VECTOR))
+    return _ins.masked(mask, _ins.copy, src, dtype, engine=_engine(engine, VECTOR))
 
 
 def dma_copy(dst: Any, src: Any, mask: Any = None, **_: Any) -> None:

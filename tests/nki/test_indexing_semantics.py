@@ -179,6 +179,36 @@ def test_masked_elementwise_leaves_masked_out_positions_unwritten(dtype):
     assert not tail[:, n - 128:].astype(F32).any()  # not computed: the new tile holds no result there
 
 
+def test_masked_legacy_isa_instructions_on_a_ragged_tail():
+    # previous-generation nisa.* with mask=: the masked-out tail is neither read nor computed
+    n = 200
+    x, b = rand(128, n), rand(128, 1)
+
+    @nki.jit
+    def k(x, b, act, tt, ts, red, cp):
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(128)[None, :]
+        t, tb = nl.load(x), nl.load(b)
+        row_sum = nl.zeros((128, 1), nl.float32)
+        for j in nl.affine_range(2):
+            cols, keep = j * 128 + i_f, (j * 128 + i_f < n)
+            v = t[i_p, cols]
+            nl.store(act[i_p, cols], value=legacy_isa.activation(nl.exp, v, bias=tb, mask=keep), mask=keep)
+            nl.store(tt[i_p, cols], value=legacy_isa.tensor_tensor(v, v, nl.multiply, mask=keep), mask=keep)
+            nl.store(ts[i_p, cols], value=legacy_isa.tensor_scalar(v, nl.add, tb, mask=keep), mask=keep)
+            nl.store(cp[i_p, cols], value=legacy_isa.tensor_copy(v, mask=keep), mask=keep)
+            row_sum += legacy_isa.tensor_reduce(nl.add, v, axis=1, keepdims=True, mask=keep)
+        nl.store(red, value=row_sum)
+    outs = [np.zeros((128, n), F32) for _ in range(3)] + [np.zeros((128, 1), F32), np.zeros((128, n), F32)]
+    nki.simulate(k)(x, b, *outs)
+    act, tt, ts, red, cp = outs
+    np.testing.assert_allclose(act, np.exp(x + b), rtol=1e-6)
+    np.testing.assert_allclose(tt, x * x, rtol=1e-6)
+    np.testing.assert_allclose(ts, x + b, rtol=1e-6)
+    np.testing.assert_array_equal(cp, x)
+    np.testing.assert_allclose(red[:, 0], x.sum(1), rtol=1e-5, atol=1e-5)
+
+
 def test_out_of_range_index_without_mask_is_a_rule():
     @nki.jit
     def k(x):
