@@ -127,12 +127,18 @@ def resolve(shape: tuple[int, ...], key: Any, owner: str, mask: Any = None, lazy
 
 def _advanced(parts: list[Any]) -> tuple[list[Any], tuple | None]:
     """The index arrays of an advanced key and the grid axes of the result. When every array is an
-    index expression of known axes, the result has one axis per index variable used, in the order
-    the key first uses them (NKI); otherwise arrays broadcast as in numpy. Slices are axes of their own."""
+    index expression of known axes, the result has one axis per index variable used (NKI): the
+    variables of the first index (the partition dimension) first, then the others in their grid
+    order (their dimension in the expressions), so `t[i_q, i_f]` is (extent of i_q, extent of i_f)
+    and `t[p, 2 * k + y, 2 * x + z]` is (p, x, y, z) for `p, x, y, z = nl.mgrid[...]`; with slices in
+    the key, the order the key first uses the axes. Otherwise arrays broadcast as in numpy. Slices are
+    axes of their own."""
     exprs = [p for p in parts if isinstance(p, np.ndarray)]
     if all(_ix.tracked(p) for p in exprs):
         order: list[Any] = []
         extents: dict[Any, int] = {}
+        position: dict[Any, int] = {}
+        width = max((p.ndim for p in exprs), default=0)
         for p in parts:
             if isinstance(p, slice):
                 axis = _ix.Axis("slice")
@@ -143,6 +149,10 @@ def _advanced(parts: list[Any]) -> tuple[list[Any], tuple | None]:
                     if axis not in extents:
                         order.append(axis)
                         extents[axis] = n
+                        position[axis] = width - p.ndim + p.axes.index(axis)
+        if not any(isinstance(p, slice) for p in parts) and isinstance(parts[0], np.ndarray):
+            first = [a for a, _ in _ix.spanned(parts[0])]
+            order = first + sorted((a for a in order if a not in first), key=lambda a: position[a])
         arrays = []
         for p, axis in zip(parts, _slice_axes(parts, order)):
             if isinstance(p, slice):

@@ -94,6 +94,25 @@ def test_grid_access_has_one_axis_per_variable_used():
     np.testing.assert_allclose(out, a * g + a.sum(1, keepdims=True) + a[:, 3:4], rtol=1e-5, atol=1e-5)
 
 
+def test_free_axes_of_several_indices_follow_grid_order():
+    # the partition variable first, then the other variables in grid order, whichever index uses
+    # them: t[p, 2 * k + y, 2 * x + z] is (p, x, y, z) (a strided window gather)
+    H, W = 7, 8
+    x = rand(16, H, W)
+
+    @nki.jit
+    def k(x, out):
+        i_p, i_x, i_y, i_z = nl.mgrid[0:16, 0:4, 0:3, 0:2]
+        t = nl.load(x)
+        window = nl.copy(t[i_p, 1 + i_y, 2 * i_x + i_z])
+        assert window.shape == (16, 4, 3, 2)
+        nl.store(out, value=window)
+        return out
+    out = nki.simulate(k)(x, np.zeros((16, 4, 3, 2), F32))
+    ix, iy, iz = np.ogrid[0:4, 0:3, 0:2]
+    np.testing.assert_array_equal(out, x[:, 1 + iy, 2 * ix + iz])
+
+
 def test_expression_of_two_variables_keeps_grid_order():
     x = rand(16, 6 * 4)
 
