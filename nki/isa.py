@@ -19,6 +19,7 @@ from .simulator import (
     microscaling as _mx,
     prng as _prng,
     ranking as _ranking,
+    rules as _rules,
     scalar_registers as _sregs,
     scans as _scans,
     selection as _selection,
@@ -169,7 +170,7 @@ def tensor_reduce(dst: Any = None, op: Any = None, data: Any = None, axis: Any =
                   keepdims: bool = False, name: str | None = None) -> Any:
     """VectorE: dst = op-reduction of data along free `axis` (nl.add / nl.maximum / nl.minimum / ...)."""
     _need("tensor_reduce", dst=dst, op=op, data=data, axis=axis)
-    return _ins.reduce(op, data, axis, keepdims, negate=negate, dst=dst)
+    return _ins.reduce(op, data, _rules.isa_reduce_axes(axis, len(data.shape)), keepdims, negate=negate, dst=dst)
 
 
 def tensor_copy(dst: Any = None, src: Any = None, engine: Any = None, name: str | None = None) -> Any:

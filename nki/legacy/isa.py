@@ -13,6 +13,7 @@ from ..simulator import (
     lane_compute as _lane,
     prng as _prng,
     ranking as _ranking,
+    rules as _rules,
     scans as _scans,
     selection as _selection,
     statistics as _statistics,
@@ -72,7 +73,8 @@ def tensor_scalar(data: Any, op0: Any, operand0: Any, reverse0: bool = False, op
 def tensor_reduce(op: Any, data: Any, axis: Any, keepdims: bool = False, negate: bool = False,
                   dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE reduction (op = nl.add / nl.maximum / nl.minimum / nl.multiply) along free axes."""
-    return _ins.masked(mask, _ins.reduce, op, data, axis, keepdims, dtype, negate)
+    return _ins.masked(mask, _ins.reduce, op, data, _rules.isa_reduce_axes(axis, len(data.shape)), keepdims, dtype,
+                       negate)
 
 
 def tensor_copy(src: Any, dtype: Any = None, engine: Any = None, mask: Any = None, **_: Any) -> Any:

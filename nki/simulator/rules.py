@@ -60,3 +60,19 @@ def check_reduce_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
                        f"of a tile; got axis={axes} for a {ndim}-d tile (the partition axis 0 "
                        f"needs a transpose or a matmul)")
     return norm
+
+
+def isa_reduce_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    """The dims `nisa.tensor_reduce` reduces: the last contiguous free dims, given as dims
+    ((2, 3) of a 4-d tile) or counted from the most minor free dim (axis 1 is the last dim, 2 the
+    one before: the other published spelling). The two readings never disagree on a valid axis set."""
+    given = axis if isinstance(axis, (tuple, list)) else (axis,)
+    axes = sorted(check_reduce_axes(tuple(int(a) for a in given), ndim))
+    count = len(axes)
+    if axes == list(range(ndim - count, ndim)):
+        return tuple(axes)
+    if axes == list(range(1, count + 1)):
+        return tuple(ndim - a for a in axes)
+    raise NKIError("reduce-free-axis", f"tensor_reduce reduces the last contiguous free dims of a tile: axis={given} "
+                   f"of a {ndim}-d tile is neither the last dims nor dims counted from the most minor one "
+                   f"(e.g. {tuple(range(ndim - 1, ndim))} or (1,) for the last dim)")

@@ -10,6 +10,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 import nki.legacy.isa as legacy_isa
+from helpers_nki import expect_rule
 
 F32 = np.float32
 RNG = np.random.default_rng(0)
@@ -439,3 +440,30 @@ def test_a_row_tile_stores_into_a_row_of_hbm_selected_by_an_integer():
     out = nki.simulate(k)(x, np.zeros((2, 64), F32))
     np.testing.assert_array_equal(out[0], x[0])
     np.testing.assert_array_equal(out[1], 0)
+
+
+@pytest.mark.parametrize("axis,dims", [(1, (2,)), (2, (2,)), ([1, 2], (1, 2)), ((2, 1), (1, 2)), (-1, (2,))])
+def test_tensor_reduce_axes_are_the_last_free_dims_in_either_published_spelling(axis, dims):
+    # the last dims given as dims ((2,) of a 3-d tile) or counted from the most minor one (1 = last)
+    x = rand(16, 5, 6)
+
+    @nki.jit
+    def k(x, out, legacy_out):
+        t = nl.load(x)
+        r = nl.ndarray(out.shape, nl.float32)
+        nisa.tensor_reduce(r, nl.maximum, t, axis=axis)
+        nisa.dma_copy(dst=out, src=r)
+        nl.store(legacy_out, value=legacy_isa.tensor_reduce(nl.maximum, t, axis=axis))
+    shape = tuple(n for d, n in enumerate(x.shape) if d not in dims)
+    out, legacy_out = np.zeros(shape, F32), np.zeros(shape, F32)
+    nki.simulate(k)(x, out, legacy_out)
+    np.testing.assert_array_equal(out, x.max(axis=dims))
+    np.testing.assert_array_equal(legacy_out, x.max(axis=dims))
+
+
+def test_tensor_reduce_axes_that_are_not_the_last_free_dims_are_a_rule():
+    @nki.jit
+    def k():
+        t = nl.zeros((16, 2, 3, 4), nl.float32)
+        nisa.tensor_reduce(nl.ndarray((16, 3), nl.float32), nl.add, t, axis=(1, 3))  # <- rule
+    expect_rule(k, [], "reduce-free-axis")
