@@ -25,8 +25,9 @@ from .simulator import (
     selection as _selection,
     statistics as _statistics,
 )
+from .simulator.context import current as _current
 from .simulator.cost_model import GPSIMD as _GPSIMD, SCALAR as _SCALAR, TENSOR as _TENSOR, VECTOR as _VECTOR
-from .simulator.operands import FP32_MIN as _FP32_MIN
+from .simulator.operands import FP32_MIN as _FP32_MIN, GENERATIONS as _GENERATIONS
 from .simulator.ops import op_name as _op_name
 from .simulator.registers import reduce_into_registers as _reduce_into_registers
 from .simulator.report import InstructionRecord as NkiInstruction  # noqa: F401  (the record of an issued instruction)
@@ -521,8 +522,7 @@ def core_barrier(data: Any = None, cores: Any = None, engine: Any = engine.gpsim
 # ----------------------------------------------------------------------------- target
 def get_nc_version() -> nc_version:
     """Generation of the simulated NeuronCore (trn2: gen3, trn3: gen4)."""
-    from .simulator.context import current
-    return nc_version.gen4 if current().config.name == "trn3" else nc_version.gen3
+    return nc_version(_GENERATIONS.get(_current().config.name, nc_version.gen3))
 
 
 def get_nc_sub_version() -> int:

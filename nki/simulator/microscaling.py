@@ -31,6 +31,7 @@ from ..dtypes import (
 from ..errors import NKIError
 from . import cost_model as cm, instructions as _ins
 from .context import current
+from .operands import need_generation
 from .tile import Tile
 
 GROUP_PARTITIONS = 8      # a scaling group: 8 partitions x one packed element (4 values) = 32 values
@@ -40,14 +41,6 @@ SCALE_DTYPES = (uint8, float8_e8m0fnu)
 # QuantizeMX reads four elements per partition per cycle (trn3 architecture guide), twice the two
 # per partition per cycle of the modelled VectorE data path (256 elements/cycle over 128 lanes).
 QUANTIZE_SPEEDUP = 2
-
-
-def require_v4(what: str) -> None:
-    """MX instructions exist from NeuronCore-v4 (trn3) on."""
-    config = current().config
-    if config.name != "trn3":
-        raise NKIError("nc-version", f"{what} is available only on NeuronCore-v4 (trn3) and newer; this run "
-                       f"simulates {config.name}: run with hardware='trn3'")
 
 
 # ----------------------------------------------------------------------------- packing
@@ -127,7 +120,7 @@ def dequantize(data: Tile, scale: Tile, what: str) -> np.ndarray:
 def quantize_mx(dst: Any, src: Any, dst_scale: Any) -> Tile:
     """VectorE: quantize a bf16/fp16 SBUF tile [P, F] into MXFP8 `dst` [P, F/4] (x4 dtype) and its
     scales into `dst_scale` (one per 8 partitions x 4 values, quadrant layout)."""
-    require_v4("quantize_mx")
+    need_generation("quantize_mx", 4)  # MX instructions exist from NeuronCore-v4 (trn3)
     source = _sbuf_tile(src, "quantize_mx src", (bfloat16, float16))
     target = _sbuf_tile(dst, "quantize_mx dst", (float8_e4m3fn_x4, float8_e5m2_x4))
     scales = _sbuf_tile(dst_scale, "quantize_mx dst_scale", SCALE_DTYPES)
@@ -180,7 +173,7 @@ def matmul_mx(dst: Any, stationary: Any, moving: Any, stationary_scale: Any, mov
               tile_position: Any = None, tile_size: Any = None, accumulate: bool | None = None) -> Tile:
     """TensorE: dst[M, N] (PSUM, fp32 or bf16) = sum over k, q of dequantized stationary[k, m, q] x
     moving[k, n, q]; accumulates onto dst unless `accumulate=False`."""
-    require_v4("nc_matmul_mx")
+    need_generation("nc_matmul_mx", 4)
     target = _ins.destination(dst, "nc_matmul_mx", ("psum",))
     if target.dtype not in (float32, bfloat16):
         raise NKIError("mx-dtype", f"nc_matmul_mx writes a float32 or bfloat16 PSUM tile, got "

@@ -2,7 +2,6 @@
 operands, layout / dtype / buffer / generation checks and the dtype of an instruction's result."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,7 @@ def rows(values: np.ndarray) -> np.ndarray:
 def per_partition(x: Any, parts: int, what: str, role: str) -> Any:
     """A scalar operand (kept scalar, fp32) or a [P, 1] tile read as a [P, 1] fp32 column."""
     if isinstance(x, Tile):
-        if x.shape[0] != parts or _free(x.shape) != 1:
+        if x.shape[0] != parts or _ins._free(x.shape) != 1:
             raise NKIError("shape-mismatch", f"{what}: {role} must be a scalar or a ({parts}, 1) tile, got "
                            f"shape {x.shape}")
         return rows(fp32(x, what))
@@ -46,15 +45,11 @@ def per_partition(x: Any, parts: int, what: str, role: str) -> Any:
     raise NKIError("operand", f"{what}: {role} must be a scalar or a [P, 1] tile, got {type(x).__name__}")
 
 
-def _free(shape: tuple[int, ...]) -> int:
-    return math.prod(shape[1:])
-
-
 def same_layout(what: str, reference: Tile, **others: Any) -> None:
     """Tiles that must have the partitions and elements per partition of `reference`."""
     for role, other in others.items():
         if isinstance(other, Tile) and (other.shape[0] != reference.shape[0]
-                                        or _free(other.shape) != _free(reference.shape)):
+                                        or _ins._free(other.shape) != _ins._free(reference.shape)):
             raise NKIError("shape-mismatch", f"{what}: {role} of shape {other.shape} must have the "
                            f"partitions and elements per partition of shape {reference.shape}")
 

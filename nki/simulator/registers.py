@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import NKIError
 from . import instructions as _ins
 from .context import current
+from .operands import rows
 from .ops import op_name
 from .tile import Tile
 
@@ -43,7 +44,7 @@ def reducer(reduce_op: Any, allowed: tuple[str, ...], what: str) -> str:
 
 def free_reduce(name: str, values: np.ndarray) -> np.ndarray:
     """The per-partition reduction of `values` ([P, ...] fp32) along all free axes: [P]."""
-    return _REDUCERS[name][2](values.reshape(values.shape[0], -1), axis=1)
+    return _REDUCERS[name][2](rows(values), axis=1)
 
 
 def begin(engine: str, cmd: Any, name: str, parts: int, what: str, init: Any = None) -> np.ndarray:
