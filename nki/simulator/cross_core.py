@@ -56,7 +56,7 @@ class Operand:
         return np.array(self.target.data)
 
     def write(self, values: np.ndarray, what: str) -> None:
-        values = _ins._dma_fit(values, self.shape, what)
+        values = _ins.fit_value(values, self.shape, what)
         if isinstance(self.target, AccessPattern):
             self.target.write(_ins._round(values, self.dtype))
         else:

@@ -268,10 +268,7 @@ def assign(tile: Tile, key: Any, value: Any) -> None:
     index = resolve(tile.shape, key, f"{tile.buffer.upper()} tile")
     data, _ = _value(value, "tile assignment")
     data = _compute(lambda v: v, [data], is_float(tile.dtype))
-    try:
-        data = fit(data, index.shape, "tile assignment")  # partition-aligned, as instruction destinations
-    except NKIError as exc:
-        raise NKIError("shape-mismatch", exc.detail) from None
+    data = fit_value(data, index.shape, "tile assignment")  # partition-aligned, as instruction destinations
     tile.write(index.key, _round(data, tile.dtype, current().fp32_compute))
     _record_lanes(cm.VECTOR, "tensor_copy", index.shape, tile.dtype)
 
@@ -475,7 +472,8 @@ def store(dst: Any, value: Any, mask: Any = None) -> None:
     _dma_write(pattern, value, mask, "store")
 
 
-def _dma_fit(values: Any, shape: tuple[int, ...], opcode: str) -> np.ndarray:
+def fit_value(values: Any, shape: tuple[int, ...], opcode: str) -> np.ndarray:
+    """`fit` for a value written by a store, a DMA or an assignment: a misfit is `shape-mismatch`."""
     try:
         return fit(values, shape, opcode)
     except NKIError:
@@ -487,7 +485,7 @@ def _dma_write(pattern: AccessPattern, value: Any, mask: Any, opcode: str) -> No
     values, _ = _value(value, opcode)
     values = np.asarray(values)
     shape = pattern.resolve(mask).shape
-    values = _dma_fit(values, shape, opcode)
+    values = fit_value(values, shape, opcode)
     rounded = _round(values, pattern.dtype)
     pattern.write(rounded, mask)
     _record_dma(opcode, shape, pattern.dtype, rounded.nbytes)
@@ -501,7 +499,7 @@ def dma_copy(dst: Any, src: Any, mask: Any = None) -> None:
     if isinstance(target, AccessPattern):
         _dma_write(target, values, mask, "dma_copy")
         return
-    values = _dma_fit(values, target.shape, "dma_copy")
+    values = fit_value(values, target.shape, "dma_copy")
     target.write(Ellipsis, _round(values, target.dtype, current().fp32_compute))
     _record_dma("dma_copy", target.shape, target.dtype, target.size * target.dtype.itemsize)
 
