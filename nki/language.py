@@ -96,22 +96,24 @@ def _buffer_of(x: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- elementwise math
+def _operator(op: Callable[..., NkiTensor], name: str, engine_op: str, doc: str) -> Callable[..., NkiTensor]:
+    """`op` named `name`, documented, and usable as an instruction's ALU / activation operator."""
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    op._nki_op = engine_op  # type: ignore[attr-defined]
+    return op
+
+
 def _unary(name: str) -> Callable[..., NkiTensor]:
     def op(x: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         return _ins.masked(mask, _ins.unary, name, x, dtype)
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Elementwise {name} of a tile (ScalarE/VectorE instruction)."
-    op._nki_op = name  # type: ignore[attr-defined]
-    return op
+    return _operator(op, name, name, f"Elementwise {name} of a tile (ScalarE/VectorE instruction).")
 
 
 def _binary(name: str) -> Callable[..., NkiTensor]:
     def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         return _ins.masked(mask, _ins.binary, name, x, y, dtype)
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Elementwise {name} of two tiles or a tile and a scalar (VectorE)."
-    op._nki_op = name  # type: ignore[attr-defined]
-    return op
+    return _operator(op, name, name, f"Elementwise {name} of two tiles or a tile and a scalar (VectorE).")
 
 
 exp, log, sin, cos, tanh = (_unary(n) for n in ("exp", "log", "sin", "cos", "tanh"))
@@ -143,10 +145,7 @@ def _bitwise(name: str, arity: int) -> Callable[..., NkiTensor]:
         if arity == 1:
             return _ins.unary(name, operands[0], dtype)
         return _ins.binary(name, operands[0], operands[1], dtype)
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Elementwise {name} of integer tiles (VectorE)."
-    op._nki_op = name  # type: ignore[attr-defined]
-    return op
+    return _operator(op, name, name, f"Elementwise {name} of integer tiles (VectorE).")
 
 
 bitwise_and, bitwise_or, bitwise_xor = (_bitwise(n, 2) for n in ("bitwise_and", "bitwise_or", "bitwise_xor"))
@@ -159,10 +158,7 @@ def _newer_core(name: str, generation: int) -> Callable[..., NkiTensor]:
     def op(x: Any, y: Any, dtype: Any = None, mask: Any = None) -> NkiTensor:
         _need_generation(f"nl.{name}", generation)
         return binary_op(x, y, dtype)
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"Elementwise {name} (VectorE, NeuronCore-v{generation}+: trn3)."
-    op._nki_op = name  # type: ignore[attr-defined]
-    return op
+    return _operator(op, name, name, f"Elementwise {name} (VectorE, NeuronCore-v{generation}+: trn3).")
 
 
 abs_max, abs_min = _newer_core("abs_max", 4), _newer_core("abs_min", 4)
@@ -194,10 +190,7 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None) -
 def _reduction(name: str, opname: str) -> Callable[..., NkiTensor]:
     def op(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, mask: Any = None) -> NkiTensor:
         return _ins.masked(mask, _ins.reduce, opname, x, axis, keepdims, dtype)
-    op.__name__ = op.__qualname__ = name
-    op.__doc__ = f"{name} along free axes (default: all free axes) of a tile (VectorE)."
-    op._nki_op = opname  # type: ignore[attr-defined]
-    return op
+    return _operator(op, name, opname, f"{name} along free axes (default: all free axes) of a tile (VectorE).")
 
 
 sum = _reduction("sum", "add")
