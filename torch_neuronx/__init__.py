@@ -53,6 +53,11 @@ from .integrations import accelerate as _accelerate  # noqa: E402
 
 _accelerate.install()
 
+from . import adaptive  # noqa: E402
+from .adaptive import eager_mode, get_adaptive_metrics, get_eager_mode, set_eager_mode  # noqa: E402
+
+adaptive.configure_from_environment()
+
 # Scripts written for the published backend call the device functions on torch_neuronx itself.
 from . import utils  # noqa: E402
 from .neuron import *  # noqa: E402,F401,F403
@@ -62,6 +67,7 @@ from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops 
 __all__ = [  # noqa: F405  (nki_op comes from the module __getattr__ below, not from the star import)
     *neuron.__all__, "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
     "set_strict_fallback", "nki_op", "get_dynamo_metrics", "reset_dynamo_metrics", "utils",
+    "set_eager_mode", "get_eager_mode", "eager_mode", "get_adaptive_metrics",
 ]
 
 

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "adaptive.h"
 #include "launch.h"
 #include "op_tracking.h"
 #include "openmp.h"
@@ -58,6 +59,7 @@ c10::Stream current_stream(c10::DeviceIndex index) {
 void set_current_stream(const c10::Stream& stream) {
   const auto index = stream.device_index();
   if (index >= static_cast<c10::DeviceIndex>(tls_streams.size())) tls_streams.resize(index + 1, 0);
+  if (tls_streams[index] != stream.id() && adaptive::enabled()) adaptive::end_segment(index);
   tls_streams[index] = stream.id();
 }
 
@@ -134,6 +136,7 @@ bool inside_kernel_of(c10::DeviceIndex index) { return neuron_rt::executing_devi
 
 void synchronize_stream(const c10::Stream& stream) {
   if (inside_kernel_of(stream.device_index())) return;
+  adaptive::end_segment(stream.device_index());
   release_host_openmp_threads();
   auto& c = core(stream.device_index());
   const profiler::SyncSpan span(stream.device_index(), "neuronStreamSynchronize");
@@ -143,6 +146,7 @@ void synchronize_stream(const c10::Stream& stream) {
 
 void synchronize_device(c10::DeviceIndex index) {
   if (inside_kernel_of(index)) return;
+  adaptive::end_segment(index);
   release_host_openmp_threads();
   auto& c = core(index);
   const profiler::SyncSpan span(index, "neuronDeviceSynchronize");

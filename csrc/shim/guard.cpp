@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "adaptive.h"
 #include "device.h"
 #include "launch.h"
 #include "openmp.h"
@@ -91,10 +92,12 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
           std::make_shared<neuron_rt::Event>(stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT));
     TORCH_CHECK((*holder)->device == stream.device_index(), "Event recorded on neuron:", (*holder)->device,
                 " cannot be recorded on a stream of neuron:", static_cast<int>(stream.device_index()));
+    adaptive::end_segment(stream.device_index());
     core(stream.device_index()).queue.record(static_cast<int>(stream.id()), *holder);
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (!event) return;
+    adaptive::end_segment(stream.device_index());
     core(stream.device_index()).queue.wait(static_cast<int>(stream.id()), *static_cast<EventPtr*>(event));
   }
   bool queryEvent(void* event) const override { return !event || (*static_cast<EventPtr*>(event))->query(); }
@@ -102,6 +105,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (!event) return;
     const auto& e = *static_cast<EventPtr*>(event);
     auto& c = core(e->device);
+    adaptive::end_segment(static_cast<c10::DeviceIndex>(e->device));
     release_host_openmp_threads();
     without_gil([&] { c.queue.wait_event(*e); });
     raise_pending_error(c);
@@ -121,6 +125,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   bool queryStream(const c10::Stream& stream) const override {
+    adaptive::end_segment(stream.device_index());
     return core(stream.device_index()).queue.query_stream(static_cast<int>(stream.id()));
   }
   void synchronizeStream(const c10::Stream& stream) const override { synchronize_stream(stream); }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "adaptive.h"
 #include "device.h"
 #include "openmp.h"
 #include "profiler.h"
@@ -80,6 +81,7 @@ bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
     fn();
     return true;
   }
+  if (how.ends_segment) adaptive::end_segment(device);
   deliver_kernel_warnings(device);
   const bool blocking = how.completion == Launch::kWaited || neuron_rt::Runtime::get().topology().launch_blocking;
   if (run_if_idle(device, fn, how, blocking)) return true;
@@ -100,6 +102,7 @@ bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
 
 void wait_for_queue(c10::DeviceIndex device) {
   if (inside_kernel_of(device)) return;
+  adaptive::end_segment(device);
   release_host_openmp_threads();
   without_gil([&] { core(device).queue.synchronize(); });
 }

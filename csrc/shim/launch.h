@@ -28,6 +28,8 @@ struct Launch {
     kInlineOnly,  // only if it runs on the calling thread now; otherwise nothing is launched
   } completion = kQueued;
   std::string described;  // profiler::describe_launch() of its tensors (empty: not described)
+  // Whether it ends the core's adaptive-eager segment (adaptive.h); the segment's own launches do not.
+  bool ends_segment = true;
 };
 
 // Launches `fn` on `device`; says whether it was launched (always, except kInlineOnly when the

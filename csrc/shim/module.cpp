@@ -3,6 +3,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include "adaptive.h"
 #include "compiled_graph.h"
 #include "device.h"
 #include "launch.h"
@@ -124,6 +125,7 @@ PYBIND11_MODULE(_C, m) {
   }, nogil);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
+  adaptive::bind(m);
   m.def("_register_native_op", &register_native_op, py::arg("op"), py::kw_only(), py::arg("sync"),
         py::arg("out_overload"), py::arg("bool_index_sync"));
   m.def("_register_nested_kernels", &register_nested_kernels);

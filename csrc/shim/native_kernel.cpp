@@ -24,6 +24,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "adaptive.h"
 #include "allocator.h"
 #include "device.h"
 #include "fallback.h"
@@ -121,6 +122,12 @@ struct Plan {
   // The kernel's own resize warnings (resize_output warns, addbmm's resize_as_ does not).
   std::vector<c10::Warning> resize_warnings;
   bool use_out = false;  // the out= overload writes preallocated outputs correctly
+  uint64_t id = next_id();  // unique in the process: names the signature in adaptive-eager segments
+
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> counter{1};
+    return counter++;
+  }
 };
 
 
@@ -163,6 +170,17 @@ class NativeKernel final : public c10::OperatorKernel {
       }
       return_shape_.push_back(r);
     }
+    // What adaptive eager may hold in a segment and compile: functional and in-place calls
+    // (not out=, whose outputs a plan may resize), drawing no random numbers, with no host
+    // substitute, no synchronizing or data-dependent result and no index lists.
+    fusable_ = !has_generator_ && !host_run_ && !host_op_ && !sync_ && !bool_index_sync_ && !has_index_list_ &&
+               std::none_of(is_out_.begin(), is_out_.end(), [](bool b) { return b; });
+    for (ArgKind k : kinds_)
+      roles_.push_back(k == ArgKind::Tensor       ? adaptive::Role::Tensor
+                       : k == ArgKind::TensorList ? adaptive::Role::TensorList
+                       : k == ArgKind::OptTensorList ? adaptive::Role::OptTensorList
+                       : k == ArgKind::Scalar || k == ArgKind::Float ? adaptive::Role::Scalar
+                                                                       : adaptive::Role::Value);
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -421,6 +439,9 @@ class NativeKernel final : public c10::OperatorKernel {
       }
     }
     track_kernel(op, /*on_cpu=*/false);
+    const bool segment = adaptive::enabled() && fusable_ && plan.out_resizes.empty() && host_work() == neuron_rt::HostWork::kFollow &&
+                         only_float_or_bool(args) && !neuron_rt::Runtime::get().topology().launch_blocking;
+    std::vector<c10::IValue> originals = segment ? args : std::vector<c10::IValue>();
     // The kernel works on the tensors as they are now, whatever the caller does to their
     // metadata (squeeze_, t_, as_strided_, ...) before it runs.
     Snapshots take;
@@ -429,7 +450,7 @@ class NativeKernel final : public c10::OperatorKernel {
       fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
     for (auto& arg : args) arg = take(arg);
     std::string described = profiler::describe_launch(args, outputs);
-    launch(device, [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out = plan.use_out]() {
+    std::function<void()> kernel = [this, op, device, args, fresh, use_out = plan.use_out]() {
       maybe_fault();
       HostAliases alias;
       auto s = host_args(args, alias, device);
@@ -441,8 +462,35 @@ class NativeKernel final : public c10::OperatorKernel {
       call_host(op, s, device);
       for (size_t j = 0; j < fresh.size(); ++j)
         if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
-    }, {.name = name_, .host = host_work(), .described = std::move(described)});
+    };
+    Launch how{.name = name_, .host = host_work(), .described = std::move(described)};
+    if (segment) {
+      std::vector<c10::IValue> returned;
+      for (size_t j = 0; j < outputs.size(); ++j)
+        returned.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : outputs[j]);
+      adaptive::submit(device, {.op = op, .plan = plan.id, .roles = &roles_, .args = std::move(originals),
+                                .outputs = std::move(returned), .kernel_args = std::move(args),
+                                .kernel_outputs = std::move(fresh), .kernel = std::move(kernel), .how = std::move(how)});
+    } else {
+      launch(device, std::move(kernel), std::move(how));
+    }
     for (auto& out : outputs) stack->push_back(std::move(out));
+  }
+
+  // Integer tensors index or count (gather, embedding, losses' targets): their kernels raise on
+  // bad values, which a segment's compiled kernel would not report as the operator did.
+  static bool only_float_or_bool(const std::vector<c10::IValue>& args) {
+    auto ok = [](const at::Tensor& t) {
+      return !t.defined() || t.device().type() != kNeuron || at::isFloatingType(t.scalar_type()) ||
+             t.scalar_type() == at::kBool;
+    };
+    for (const auto& a : args) {
+      if (a.isTensor() && !ok(a.toTensor())) return false;
+      if (a.isTensorList())
+        for (const at::Tensor& t : a.toTensorList())
+          if (!ok(t)) return false;
+    }
+    return true;
   }
 
   static c10::IValue alias_ivalue(const c10::IValue& v, HostAliases& alias) {
@@ -728,6 +776,8 @@ class NativeKernel final : public c10::OperatorKernel {
   bool has_index_list_ = false;
   std::vector<Plan::Return> return_shape_;
   bool functional_ = true;
+  bool fusable_ = false;
+  std::vector<adaptive::Role> roles_;
   std::mutex cache_mu_;
   std::unordered_map<Words, std::shared_ptr<const Plan>, SignatureHash> cache_;
 };

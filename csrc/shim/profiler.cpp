@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "adaptive.h"
 #include "device.h"
 #include "launch.h"
 
@@ -456,6 +457,7 @@ struct NeuronStubs final : torch::profiler::impl::ProfilerStubs {
     const auto index = current_device();
     if (device) *device = index;
     auto e = std::make_shared<neuron_rt::Event>(index, true);
+    adaptive::end_segment(index);
     core(index).queue.record(static_cast<int>(current_stream(index).id()), e);
     if (cpu_ns) *cpu_ns = c10::getTime();
     *event = std::static_pointer_cast<void>(e);

@@ -1,0 +1,660 @@
+#include "adaptive.h"
+
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "device.h"
+#include "host_aliases.h"
+#include "kernel_object.h"
+#include "profiler.h"
+
+namespace py = pybind11;
+
+namespace torch_neuronx::adaptive {
+
+namespace {
+
+std::atomic<bool> on{false};
+std::atomic<int> compile_after{2};        // a segment seen this many times is compiled
+std::atomic<int> max_calls{512};          // a segment ends after this many calls
+std::atomic<int64_t> idle_limit_us{100000};  // ... or when the host sends nothing for this long
+
+uint64_t mix(uint64_t h, int64_t word) { return (h ^ static_cast<uint64_t>(word)) * 1099511628211ull; }
+constexpr uint64_t kSeed = 1469598103934665603ull;
+
+// A storage a segment has seen: an input from before it, or a fresh result of one of its calls.
+struct SeenStorage {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // keeps the identity; liveness of results
+  int producer = -1;                                  // the call that made it (-1: an input)
+};
+
+// One compiled segment, installed by Python (torch_neuronx/adaptive/compiler.py).
+struct Fused {
+  std::vector<int64_t> key;                        // the segment's words, checked on a hash match
+  std::vector<bool> live;                          // which results it writes (those still held)
+  std::vector<int> input_refs;                     // tensor references it reads, in its order
+  std::vector<int> outputs;                        // results it writes, in its order
+  std::vector<int> runtime_values;                 // scalar values it takes as 0-dim tensors
+  std::vector<std::pair<int, c10::IValue>> fixed;  // scalar values compiled in, checked
+  std::shared_ptr<KernelObject> kernel;            // kernel(list of host tensors)
+  std::string name, replaced;                      // in the queue and the profiler
+};
+
+// What Python needs to build a segment's graph (kept for every segment: the one that reaches
+// the compile count has it when it ends).
+struct Description {
+  std::vector<c10::OperatorHandle> ops;
+  std::vector<std::vector<c10::IValue>> args;  // tensors as reference numbers, scalars as value numbers
+  std::vector<std::vector<int64_t>> roles;
+  std::vector<std::vector<c10::IValue>> returns;  // per return: storage number(s), or None
+  std::vector<int64_t> refs;  // per reference: storage (-1: a CPU scalar), dtype, dim, sizes, strides, offset
+  std::vector<int64_t> ref_at;    // where each reference starts in `refs`
+  std::vector<int> producers;     // per storage: the call that made it, -1 for inputs
+  std::vector<int> results;       // fresh results, by storage number
+  std::vector<int64_t> layouts;   // per fresh result: dtype, dim, sizes, strides (as the kernel makes it)
+};
+
+struct Segment {
+  int stream = -1;
+  std::thread::id thread;
+  std::chrono::steady_clock::time_point last;
+  uint64_t hash = kSeed;
+  std::vector<uint64_t> chain;  // hash after each call
+  std::vector<int64_t> key;
+  std::vector<c10::IValue> values;
+  std::vector<SeenStorage> storages;
+  std::unordered_map<const c10::StorageImpl*, int> storage_index;
+  Description desc;
+  bool matching = false;          // calls are held back: it may become a compiled segment
+  std::vector<Call> held;
+  std::vector<c10::IValue> ref_snapshots;  // per reference, while held: what a fused kernel reads
+  std::vector<at::Tensor> result_snapshots;  // per fresh result, while held
+  size_t calls() const { return chain.size(); }
+};
+
+struct Observation {
+  int count = 0;
+  enum State { kObserving, kCompiling, kInstalled, kFailed } state = kObserving;
+  std::vector<c10::IValue> first_values;
+  // Of the observation that asked for the compile:
+  std::vector<c10::IValue> values;
+  std::vector<int64_t> key;
+  std::vector<bool> live;
+  std::vector<uint64_t> chain;
+};
+
+struct Counters {
+  int64_t segments_seen = 0, segments_compiled = 0, compile_failures = 0, fused_launches = 0,
+          calls_fused = 0, calls_held_then_single = 0, fused_refused = 0;
+};
+
+std::mutex tables_mu;  // everything below
+std::unordered_map<uint64_t, Observation> observations;
+std::unordered_map<uint64_t, std::shared_ptr<const Fused>> fused_by_hash;
+std::unordered_set<uint64_t> prefixes;
+Counters counters;
+std::shared_ptr<KernelObject> compiler;  // Python: compiler(segment_id, description)
+
+struct CoreSegment {
+  std::mutex mu;
+  Segment seg;
+};
+std::array<CoreSegment, 64> cores;
+
+CoreSegment& core_segment(c10::DeviceIndex device) { return cores.at(static_cast<size_t>(device)); }
+
+bool is_device_tensor(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
+
+// The words of a tensor reference and its entry in the description.
+int add_ref(Segment& s, const at::Tensor& t, bool record_values) {
+  auto& d = s.desc;
+  const int ref = static_cast<int>(d.ref_at.size());
+  d.ref_at.push_back(static_cast<int64_t>(d.refs.size()));
+  if (!is_device_tensor(t)) {  // a CPU scalar (0-dim): its value is a scalar of the segment
+    d.refs.push_back(-1 - static_cast<int64_t>(s.values.size()));
+    if (record_values) s.values.push_back(t.item());
+    d.refs.push_back(static_cast<int64_t>(t.scalar_type()));
+    d.refs.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
+    return ref;
+  }
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  auto [it, fresh] = s.storage_index.emplace(impl, static_cast<int>(s.storages.size()));
+  if (fresh) {
+    s.storages.push_back({t.storage().getWeakStorageImpl(), -1});
+    d.producers.push_back(-1);
+  }
+  d.refs.push_back(it->second);
+  d.refs.push_back(static_cast<int64_t>(t.scalar_type()));
+  d.refs.push_back(t.dim());
+  d.refs.insert(d.refs.end(), t.sizes().begin(), t.sizes().end());
+  d.refs.insert(d.refs.end(), t.strides().begin(), t.strides().end());
+  d.refs.push_back(t.storage_offset());
+  return ref;
+}
+
+int add_result(Segment& s, const at::Tensor& t, int call) {
+  const int index = static_cast<int>(s.storages.size());
+  s.storage_index[t.storage().unsafeGetStorageImpl()] = index;
+  s.storages.push_back({t.storage().getWeakStorageImpl(), call});
+  auto& d = s.desc;
+  d.producers.push_back(call);
+  d.results.push_back(index);
+  d.layouts.push_back(static_cast<int64_t>(t.scalar_type()));
+  d.layouts.push_back(t.dim());
+  d.layouts.insert(d.layouts.end(), t.sizes().begin(), t.sizes().end());
+  d.layouts.insert(d.layouts.end(), t.strides().begin(), t.strides().end());
+  return index;
+}
+
+// Calls every tensor argument of `call` with it, in the order the segment numbers them.
+template <typename F>
+void for_each_tensor(const Call& call, const std::vector<c10::IValue>& args, F&& f) {
+  const auto& r = *call.roles;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const c10::IValue& v = args[i];
+    if (r[i] == Role::Tensor) {
+      if (v.isTensor() && v.toTensor().defined()) f(v.toTensor());
+    } else if (r[i] == Role::TensorList) {
+      for (const at::Tensor& t : v.toTensorList()) f(t);
+    } else if (r[i] == Role::OptTensorList) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+        if (t.has_value() && t->defined()) f(*t);
+    }
+  }
+}
+
+// The words `call` adds to the segment's key: its plan (operator and signature) and where each
+// tensor comes from (which storage the segment has seen, at which offset). Results add nothing:
+// the plan fixes them.
+std::vector<int64_t> call_words(const Segment& s, const Call& call) {
+  std::vector<int64_t> words{static_cast<int64_t>(call.plan)};
+  std::vector<const c10::StorageImpl*> unseen;  // numbered after the seen ones, as record() will
+  for_each_tensor(call, call.args, [&](const at::Tensor& t) {
+    if (!is_device_tensor(t)) return words.push_back(-2);
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    int64_t index;
+    if (auto it = s.storage_index.find(impl); it != s.storage_index.end()) {
+      index = it->second;
+    } else {
+      auto u = std::find(unseen.begin(), unseen.end(), impl);
+      index = static_cast<int64_t>(s.storages.size() + (u - unseen.begin()));
+      if (u == unseen.end()) unseen.push_back(impl);
+    }
+    words.push_back(index);
+    words.push_back(t.storage_offset());
+  });
+  return words;
+}
+
+uint64_t hash_after(const Segment& s, const std::vector<int64_t>& words) {
+  uint64_t h = s.hash;
+  for (int64_t w : words) h = mix(h, w);
+  return h;
+}
+
+// Records a call into the segment: its words, its description, its values.
+void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
+  const int index = static_cast<int>(s.calls());
+  s.key.insert(s.key.end(), words.begin(), words.end());
+  auto& d = s.desc;
+  d.ops.push_back(call.op);
+  std::vector<c10::IValue> args;
+  std::vector<int64_t> roles;
+  const auto& r = *call.roles;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const c10::IValue& v = call.args[i];
+    roles.push_back(static_cast<int64_t>(r[i]));
+    switch (r[i]) {
+      case Role::Tensor:
+        args.emplace_back(v.isTensor() && v.toTensor().defined() ? c10::IValue(add_ref(s, v.toTensor(), true))
+                                                                 : c10::IValue());
+        break;
+      case Role::TensorList: {
+        std::vector<int64_t> refs;
+        for (const at::Tensor& t : v.toTensorList()) refs.push_back(add_ref(s, t, true));
+        args.emplace_back(refs);
+        break;
+      }
+      case Role::OptTensorList: {
+        c10::List<std::optional<int64_t>> refs;
+        for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+          refs.push_back(t.has_value() && t->defined() ? std::optional<int64_t>(add_ref(s, *t, true)) : std::nullopt);
+        args.emplace_back(refs);
+        break;
+      }
+      case Role::Scalar:
+        if (v.isList()) {
+          std::vector<int64_t> numbers;
+          for (const c10::IValue& x : v.toListRef()) {
+            numbers.push_back(static_cast<int64_t>(s.values.size()));
+            s.values.push_back(x);
+          }
+          args.emplace_back(numbers);
+        } else if (v.isNone()) {
+          args.emplace_back();
+        } else {
+          args.emplace_back(static_cast<int64_t>(s.values.size()));
+          s.values.push_back(v);
+        }
+        break;
+      case Role::Value: args.push_back(v); break;
+    }
+  }
+  std::vector<c10::IValue> returns;
+  for (const c10::IValue& out : call.outputs) {
+    if (out.isTensor()) returns.emplace_back(static_cast<int64_t>(add_result(s, out.toTensor(), index)));
+    else if (out.isTensorList()) {
+      std::vector<int64_t> numbers;
+      for (const at::Tensor& t : out.toTensorList()) numbers.push_back(add_result(s, t, index));
+      returns.emplace_back(numbers);
+    } else returns.emplace_back();
+  }
+  d.args.push_back(std::move(args));
+  d.roles.push_back(std::move(roles));
+  d.returns.push_back(std::move(returns));
+  s.hash = hash_after(s, words);
+  s.chain.push_back(s.hash);
+}
+
+// The snapshots a fused kernel would read and write, kept while the call is held.
+void keep_snapshots(Segment& s, const Call& call) {
+  for_each_tensor(call, call.kernel_args, [&](const at::Tensor& t) { s.ref_snapshots.emplace_back(t); });
+  for (const c10::IValue& out : call.kernel_outputs) {
+    if (out.isTensor()) s.result_snapshots.push_back(out.toTensor());
+    else if (out.isTensorList())
+      for (const at::Tensor& t : out.toTensorList()) s.result_snapshots.push_back(t);
+  }
+}
+
+// Which fresh results the program still holds.
+std::vector<bool> live_results(const Segment& s) {
+  std::vector<bool> live;
+  for (int index : s.desc.results) live.push_back(s.storages[index].storage.use_count() > 0);
+  return live;
+}
+
+uint64_t segment_id(const Segment& s, const std::vector<bool>& live) {
+  uint64_t h = mix(s.hash, static_cast<int64_t>(live.size()));
+  for (bool b : live) h = mix(h, b);
+  return h;
+}
+
+using Actions = std::vector<std::function<void()>>;
+
+void launch_alone(c10::DeviceIndex device, Call& call, Actions& actions) {
+  call.how.ends_segment = false;
+  actions.push_back([device, kernel = std::move(call.kernel), how = std::move(call.how)]() mutable {
+    launch(device, std::move(kernel), std::move(how));
+  });
+}
+
+// Whether two tensors a fused kernel reads or writes share memory without being one storage
+// the segment knows (an input's memory, freed, now holds a result): then only the calls in
+// order are right.
+bool memory_hazard(const std::vector<std::pair<const at::Tensor*, int>>& tensors) {
+  std::vector<std::tuple<uintptr_t, uintptr_t, int>> ranges;
+  for (const auto& [t, storage] : tensors) {
+    const auto begin = reinterpret_cast<uintptr_t>(t->storage().data());
+    ranges.emplace_back(begin, begin + t->storage().nbytes(), storage);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (std::get<0>(ranges[i]) < std::get<1>(ranges[i - 1]) && std::get<2>(ranges[i]) != std::get<2>(ranges[i - 1]))
+      return true;
+  return false;
+}
+
+// The compiled kernel that replaces the held calls, or nullptr.
+std::shared_ptr<const Fused> find_fused(const Segment& s, const std::vector<bool>& live) {
+  std::lock_guard<std::mutex> lock(tables_mu);
+  auto it = fused_by_hash.find(segment_id(s, live));
+  if (it == fused_by_hash.end()) return nullptr;
+  const auto& f = it->second;
+  if (f->key != s.key || f->live != live) return nullptr;
+  for (const auto& [index, value] : f->fixed)
+    if (!(s.values[index] == value)) return nullptr;
+  return f;
+}
+
+// Launches what the segment holds: one fused kernel when one matches, else each call.
+bool launch_held(c10::DeviceIndex device, Segment& s, Actions& actions) {
+  if (s.held.empty()) return false;
+  const auto live = live_results(s);
+  auto fused = find_fused(s, live);
+  std::vector<at::Tensor> inputs, outputs;
+  if (fused) {
+    std::vector<std::pair<const at::Tensor*, int>> touched;
+    inputs.reserve(fused->input_refs.size());  // `touched` points into both
+    outputs.reserve(fused->outputs.size());
+    for (int ref : fused->input_refs) {
+      inputs.push_back(s.ref_snapshots[ref].toTensor());
+      touched.emplace_back(&inputs.back(), static_cast<int>(s.desc.refs[s.desc.ref_at[ref]]));
+    }
+    for (int out : fused->outputs) {
+      outputs.push_back(s.result_snapshots[out]);
+      touched.emplace_back(&outputs.back(), s.desc.results[out]);
+    }
+    if (memory_hazard(touched)) {
+      fused = nullptr;
+      std::lock_guard<std::mutex> lock(tables_mu);
+      ++counters.fused_refused;
+    }
+  }
+  if (!fused) {
+    {
+      std::lock_guard<std::mutex> lock(tables_mu);
+      counters.calls_held_then_single += static_cast<int64_t>(s.held.size());
+    }
+    for (auto& call : s.held) launch_alone(device, call, actions);
+    s.held.clear();
+    return false;
+  }
+  std::vector<c10::IValue> scalars;
+  for (int index : fused->runtime_values) scalars.push_back(s.values[index]);
+  {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    ++counters.fused_launches;
+    counters.calls_fused += static_cast<int64_t>(s.held.size());
+  }
+  std::vector<c10::IValue> described_in(inputs.begin(), inputs.end()), described_out(outputs.begin(), outputs.end());
+  Launch how{.name = fused->name, .host = neuron_rt::HostWork::kFollow,
+             .described = profiler::describe_launch(described_in, described_out), .ends_segment = false};
+  actions.push_back([device, fused, inputs = std::move(inputs), outputs = std::move(outputs),
+                     scalars = std::move(scalars), how = std::move(how)]() mutable {
+    launch(device, [fused, inputs, outputs, scalars] {
+      HostAliases alias;
+      std::vector<at::Tensor> hosts;
+      for (const auto& t : inputs) hosts.push_back(alias(t));
+      for (const auto& t : outputs) hosts.push_back(alias(t));
+      for (const auto& v : scalars)
+        hosts.push_back(v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
+                        : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
+                                     : at::scalar_tensor(v.toInt(), at::kLong));
+      py::gil_scoped_acquire gil;
+      try {
+        fused->kernel->object(py::cast(hosts));
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error(fused->name + " (fused " + fused->replaced + "): " + e.what());
+      }
+    }, std::move(how));
+  });
+  s.held.clear();
+  return true;
+}
+
+// A non-tensor argument as Python sees it: dtypes, layouts and memory formats travel as ints.
+py::object argument_object(const c10::IValue& v, const c10::Argument& arg) {
+  if (!v.isInt()) return torch::jit::toPyObject(v);
+  auto type = arg.real_type();
+  if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+  switch (type->kind()) {
+    case c10::TypeKind::ScalarTypeType:
+      return py::reinterpret_borrow<py::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(v.toInt()))));
+    case c10::TypeKind::LayoutType:
+      return py::reinterpret_borrow<py::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt()))));
+    case c10::TypeKind::MemoryFormatType:
+      return py::reinterpret_steal<py::object>(
+          Py_NewRef(torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(v.toInt()))));
+    default: return torch::jit::toPyObject(v);
+  }
+}
+
+// A compile request for a segment seen often enough: the description as Python objects.
+void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c10::IValue> values,
+                     std::vector<c10::IValue> first_values, std::vector<bool> live, Actions& actions) {
+  std::shared_ptr<KernelObject> callback;
+  {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    callback = compiler;
+  }
+  if (!callback) return;
+  actions.push_back([=] {
+    py::gil_scoped_acquire gil;
+    py::list ops, args, roles, returns;
+    for (size_t i = 0; i < d->ops.size(); ++i) {
+      const auto& name = d->ops[i].operator_name();
+      ops.append(py::make_tuple(name.name, name.overload_name));
+      py::list a;
+      const auto& schema = d->ops[i].schema();
+      for (size_t j = 0; j < d->args[i].size(); ++j)
+        a.append(static_cast<Role>(d->roles[i][j]) == Role::Value ? argument_object(d->args[i][j], schema.arguments()[j])
+                                                                   : torch::jit::toPyObject(d->args[i][j]));
+      args.append(a);
+      roles.append(py::cast(d->roles[i]));
+      py::list r;
+      for (const auto& v : d->returns[i]) r.append(torch::jit::toPyObject(v));
+      returns.append(r);
+    }
+    auto to_list = [](const std::vector<c10::IValue>& vs) {
+      py::list l;
+      for (const auto& v : vs) l.append(torch::jit::toPyObject(v));
+      return l;
+    };
+    py::dict description;
+    description["ops"] = ops;
+    description["args"] = args;
+    description["roles"] = roles;
+    description["returns"] = returns;
+    description["refs"] = py::cast(d->refs);
+    description["ref_at"] = py::cast(d->ref_at);
+    description["producers"] = py::cast(d->producers);
+    description["results"] = py::cast(d->results);
+    description["layouts"] = py::cast(d->layouts);
+    description["values"] = to_list(values);
+    description["first_values"] = to_list(first_values);
+    description["live"] = py::cast(live);
+    try {
+      callback->object(id, description);
+    } catch (py::error_already_set& e) {
+      e.restore();
+      PyErr_WriteUnraisable(nullptr);  // a compiler bug must not break the user's program
+    }
+  });
+}
+
+// Ends the segment: launches what it holds, counts it, asks for its compile.
+void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
+  if (s.calls() == 0) return;
+  const bool fused = launch_held(device, s, actions);
+  if (!fused) {
+    const auto live = live_results(s);
+    const uint64_t id = segment_id(s, live);
+    bool ask = false;
+    std::vector<c10::IValue> first;
+    {
+      std::lock_guard<std::mutex> lock(tables_mu);
+      ++counters.segments_seen;
+      auto& o = observations[id];
+      if (o.count++ == 0) o.first_values = s.values;
+      if (o.state == Observation::kObserving && o.count >= compile_after.load() && compiler) {
+        o.state = Observation::kCompiling;
+        ask = true;
+        first = o.first_values;
+        o.values = s.values;
+        o.key = s.key;
+        o.live = live;
+        o.chain = s.chain;
+      }
+    }
+    if (ask)
+      request_compile(id, std::make_shared<Description>(std::move(s.desc)), std::move(s.values), std::move(first),
+                      live, actions);
+  }
+  s = Segment();
+}
+
+void run(Actions& actions) {
+  for (auto& a : actions) a();
+}
+
+bool any_prefix(uint64_t h) {
+  std::lock_guard<std::mutex> lock(tables_mu);
+  return prefixes.count(h) > 0;
+}
+
+}  // namespace
+
+bool enabled() { return on.load(std::memory_order_relaxed); }
+
+void set_enabled(bool enable) {
+  if (!enable)
+    for (size_t i = 0; i < cores.size(); ++i)
+      if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i))) end_segment(static_cast<c10::DeviceIndex>(i));
+  on = enable;
+}
+
+void submit(c10::DeviceIndex device, Call call) {
+  Actions actions;
+  {
+    auto& cs = core_segment(device);
+    std::lock_guard<std::mutex> lock(cs.mu);
+    Segment& s = cs.seg;
+    const int stream = static_cast<int>(current_stream(device).id());
+    const auto now = std::chrono::steady_clock::now();
+    if (s.calls() && (stream != s.stream || std::this_thread::get_id() != s.thread ||
+                      s.calls() >= static_cast<size_t>(max_calls.load()) ||
+                      now - s.last > std::chrono::microseconds(idle_limit_us.load())))
+      close(device, s, actions);
+    while (true) {
+      if (!s.calls()) {
+        s.stream = stream;
+        s.thread = std::this_thread::get_id();
+        std::lock_guard<std::mutex> lock(tables_mu);
+        s.matching = !prefixes.empty();
+      }
+      s.last = now;
+      const auto words = call_words(s, call);
+      if (s.matching && any_prefix(hash_after(s, words))) {  // may still become a compiled segment
+        record(s, call, words);
+        keep_snapshots(s, call);
+        call.args.clear();  // the caller's tensors: holding them would keep its results alive
+        call.outputs.clear();
+        s.held.push_back(std::move(call));
+        break;
+      }
+      // It leaves every compiled segment: the calls held so far may be one by themselves, and
+      // this call starts the next segment.
+      if (s.matching && launch_held(device, s, actions)) {
+        s = Segment();
+        continue;
+      }
+      s.matching = false;  // the held calls went one by one: the segment goes on, observed
+      record(s, call, words);
+      launch_alone(device, call, actions);
+      break;
+    }
+  }
+  run(actions);
+}
+
+void end_segment(c10::DeviceIndex device) {
+  if (!enabled() || device < 0) return;
+  Actions actions;
+  {
+    auto& cs = core_segment(device);
+    std::lock_guard<std::mutex> lock(cs.mu);
+    close(device, cs.seg, actions);
+  }
+  run(actions);
+}
+
+namespace {
+
+void install(uint64_t id, py::object kernel, std::vector<int> input_refs, std::vector<int> outputs,
+             std::vector<int> runtime_values, std::string name, std::string replaced) {
+  auto f = std::make_shared<Fused>();
+  f->kernel = std::make_shared<KernelObject>(std::move(kernel));
+  f->input_refs = std::move(input_refs);
+  f->outputs = std::move(outputs);
+  f->runtime_values = std::move(runtime_values);
+  f->name = std::move(name);
+  f->replaced = std::move(replaced);
+  std::lock_guard<std::mutex> lock(tables_mu);
+  auto it = observations.find(id);
+  TORCH_CHECK(it != observations.end() && it->second.state == Observation::kCompiling,
+              "adaptive eager: segment ", id, " was not asked for");
+  auto& o = it->second;
+  f->key = o.key;
+  f->live = o.live;
+  for (size_t i = 0; i < o.values.size(); ++i)
+    if (std::find(f->runtime_values.begin(), f->runtime_values.end(), static_cast<int>(i)) == f->runtime_values.end())
+      f->fixed.emplace_back(static_cast<int>(i), o.values[i]);
+  prefixes.insert(o.chain.begin(), o.chain.end());
+  fused_by_hash[id] = std::move(f);
+  o.state = Observation::kInstalled;
+  ++counters.segments_compiled;
+}
+
+void fail(uint64_t id) {
+  std::lock_guard<std::mutex> lock(tables_mu);
+  auto it = observations.find(id);
+  if (it == observations.end()) return;
+  it->second.state = Observation::kFailed;
+  ++counters.compile_failures;
+}
+
+// Forgets every segment, compiled or observed, and the counters (tests; a new compiler).
+void reset() {
+  for (size_t i = 0; i < cores.size(); ++i)
+    if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i))) end_segment(static_cast<c10::DeviceIndex>(i));
+  std::unordered_map<uint64_t, std::shared_ptr<const Fused>> dropped;  // released without the lock
+  {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    observations.clear();
+    dropped.swap(fused_by_hash);
+    prefixes.clear();
+    counters = Counters();
+  }
+}
+
+}  // namespace
+
+void bind(py::module_& m) {
+  m.def("_adaptive_set_enabled", &set_enabled, py::call_guard<py::gil_scoped_release>());
+  m.def("_adaptive_enabled", &enabled);
+  m.def("_adaptive_configure", [](int after, int calls, int64_t idle_us) {
+    compile_after = std::max(1, after);
+    max_calls = std::max(1, calls);
+    idle_limit_us = std::max<int64_t>(0, idle_us);
+  });
+  m.def("_adaptive_set_compiler", [](py::object f) {
+    auto holder = f.is_none() ? nullptr : std::make_shared<KernelObject>(std::move(f));
+    py::gil_scoped_release nogil;  // the old one is released under the lock it takes
+    std::lock_guard<std::mutex> lock(tables_mu);
+    compiler.swap(holder);
+  });
+  m.def("_adaptive_install", &install);
+  m.def("_adaptive_dtype", [](int64_t scalar_type) {
+    return py::reinterpret_borrow<py::object>(
+        reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(scalar_type))));
+  });
+  m.def("_adaptive_failed", &fail);
+  m.def("_adaptive_reset", &reset, py::call_guard<py::gil_scoped_release>());
+  m.def("_adaptive_counters", [] {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    const Counters& c = counters;
+    return std::map<std::string, int64_t>{{"segments_seen", c.segments_seen},
+                                          {"segments_compiled", c.segments_compiled},
+                                          {"compile_failures", c.compile_failures},
+                                          {"fused_launches", c.fused_launches},
+                                          {"calls_fused", c.calls_fused},
+                                          {"calls_held_then_single", c.calls_held_then_single},
+                                          {"fused_refused", c.fused_refused}};
+  });
+}
+
+}  // namespace torch_neuronx::adaptive

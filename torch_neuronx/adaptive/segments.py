@@ -1,0 +1,393 @@
+"""Compiling adaptive-eager segments.
+
+The device describes a segment it has seen often enough (``csrc/shim/adaptive.cpp``,
+``request_compile``): its calls (operator, arguments with tensors as *references* and scalars as
+*value numbers*, results as *storage numbers*), every reference's storage and layout, which
+storages are inputs from before the segment, each fresh result's layout and whether the program
+still holds it, and the scalar values of two sightings. This module turns that into one host
+graph — inputs, the results still held (written in place), and the scalars that changed between
+sightings as 0-dim tensors — traced and functionalized with ``make_fx`` and compiled by Inductor's
+C++ backend, the compile pipeline's compiler, in a background thread. Intermediates the program
+no longer holds are never written: they live only inside the generated code.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import _C
+
+TENSOR, TENSOR_LIST, OPT_TENSOR_LIST, SCALAR, VALUE = range(5)  # adaptive::Role
+_FAILURES_KEPT = 20
+
+
+class Unsupported(Exception):
+    """A segment this compiler does not turn into one kernel (it keeps running call by call)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ref:
+    """One tensor argument of one call: a device tensor on a storage, or a CPU scalar."""
+    storage: int  # -1: a CPU 0-dim tensor, whose value is ``value``
+    value: int = -1
+    dtype: torch.dtype | None = None
+    wrapped: bool = False
+    sizes: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    offset: int = 0
+
+    @property
+    def geometry(self) -> tuple[Any, ...]:
+        return self.dtype, self.sizes, self.strides, self.offset
+
+
+def _decode_refs(words: list[int], starts: list[int]) -> list[_Ref]:
+    refs = []
+    for at in starts:
+        if words[at] < 0:
+            refs.append(_Ref(-1, value=-1 - words[at], dtype=_C._adaptive_dtype(words[at + 1]),
+                             wrapped=bool(words[at + 2])))
+            continue
+        storage, dtype, dim = words[at:at + 3]
+        sizes = tuple(words[at + 3:at + 3 + dim])
+        strides = tuple(words[at + 3 + dim:at + 3 + 2 * dim])
+        refs.append(_Ref(storage, dtype=_C._adaptive_dtype(dtype), sizes=sizes, strides=strides,
+                         offset=words[at + 3 + 2 * dim]))
+    return refs
+
+
+def _decode_layouts(words: list[int]) -> list[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]]:
+    layouts, at = [], 0
+    while at < len(words):
+        dtype, dim = words[at:at + 2]
+        layouts.append((_C._adaptive_dtype(dtype), tuple(words[at + 2:at + 2 + dim]),
+                        tuple(words[at + 2 + dim:at + 2 + 2 * dim])))
+        at += 2 + 2 * dim
+    return layouts
+
+
+def _op(name: str, overload: str) -> torch._ops.OpOverload:
+    namespace, _, op = name.partition("::")
+    packet = getattr(getattr(torch.ops, namespace), op)
+    return getattr(packet, overload or "default")
+
+
+def _scalar_tensor_overload(op: torch._ops.OpOverload, positions: set[int]) -> torch._ops.OpOverload | None:
+    """The overload of ``op`` that takes a tensor where ``op`` takes the scalars at ``positions``
+    (``mul.Scalar`` -> ``mul.Tensor``, ``_foreach_div_.ScalarList`` -> ``_foreach_div_.List``)."""
+    mine = op._schema.arguments
+    for name in op._overloadpacket.overloads():
+        other = getattr(op._overloadpacket, name)
+        theirs = other._schema.arguments
+        if other is op or len(theirs) != len(mine):
+            continue
+        ok = True
+        for j, (a, b) in enumerate(zip(mine, theirs)):
+            ta, tb = str(a.type), str(b.type)
+            if j in positions:
+                ok &= (ta in ("number", "Scalar") and tb == "Tensor") or \
+                      (ta == "Optional[number]" and tb == "Optional[Tensor]") or \
+                      (ta in ("List[number]", "List[Scalar]") and tb in ("Tensor", "List[Tensor]"))
+            else:
+                ok &= ta == tb
+        if ok:
+            return other
+    return None
+
+
+# Operators whose scalar arguments may be tensors here, written with tensor arithmetic in the
+# order the CPU kernels compute (x + alpha * y, x + value * (t1 / t2), x + value * t1 * t2), so a
+# scalar that changes between launches is an input instead of a compiled-in constant.
+_WITH_TENSOR_SCALARS: dict[str, Callable[..., torch.Tensor]] = {
+    "add": lambda x, y, alpha=1: x + y * alpha,
+    "sub": lambda x, y, alpha=1: x - y * alpha,
+    "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / y,
+    "addcdiv": lambda x, t1, t2, value=1: x + t1 / t2 * value,
+    "addcmul": lambda x, t1, t2, value=1: x + t1 * value * t2,
+    "lerp": lambda x, end, weight: torch.lerp(x, end, weight),
+    "pow": lambda x, exponent: torch.pow(x, exponent),
+}
+
+
+def _base_name(op: torch._ops.OpOverload) -> tuple[str, bool, bool]:
+    """(element operator, whether in place, whether a _foreach_ operator): _foreach_div_ -> div."""
+    name = op._overloadpacket.__name__
+    foreach = name.startswith("_foreach_")
+    name = name.removeprefix("_foreach_")
+    return name.rstrip("_"), name.endswith("_"), foreach
+
+
+def _call_with_tensor_scalars(op: torch._ops.OpOverload, values: list[Any]) -> Any:
+    """``op`` on ``values`` where some scalars are 0-dim tensors (lists of them for _foreach_
+    scalar lists), by :data:`_WITH_TENSOR_SCALARS`; _foreach_ operators element by element."""
+    name, in_place, foreach = _base_name(op)
+    element = _WITH_TENSOR_SCALARS[name]
+    schema = op._schema.arguments
+
+    def one(vals: list[Any]) -> torch.Tensor:
+        positional = [v for v, a in zip(vals, schema) if not a.kwarg_only]
+        keywords = {a.name: v for v, a in zip(vals, schema) if a.kwarg_only and v is not None}
+        result = element(*positional, **keywords)
+        return vals[0].copy_(result) if in_place else result
+
+    if not foreach:
+        return one(values)
+    count = len(values[0])
+    results = [one([v[i] if isinstance(v, list) else v for v in values]) for i in range(count)]
+    return None if in_place else results
+
+
+class _Graph:
+    """The replay of a segment on host tensors, traced by make_fx."""
+
+    def __init__(self, d: dict[str, Any]) -> None:
+        self.ops = [_op(*o) for o in d["ops"]]
+        self.args, self.roles, self.returns = d["args"], d["roles"], d["returns"]
+        self.refs = _decode_refs(d["refs"], d["ref_at"])
+        self.producers, self.results = d["producers"], d["results"]
+        self.layouts = _decode_layouts(d["layouts"])
+        self.live = d["live"]
+        self.values = d["values"]
+        varying = {i for i, (a, b) in enumerate(zip(self.values, d["first_values"]))
+                   if a != b or type(a) is not type(b)}
+        # Inputs: one per (storage, layout) that comes from before the segment. A storage some
+        # call writes and that is read in several layouts (a weight, and its transpose read by a
+        # matmul) is one input, its layout at offset 0 spanning the others, viewed by
+        # as_strided: in-place updates through one view then reach the others.
+        written = self._written_storages()
+        layouts_of: dict[int, list[int]] = collections.defaultdict(list)
+        for r, ref in enumerate(self.refs):
+            if ref.storage >= 0 and self.producers[ref.storage] < 0:
+                layouts_of[ref.storage].append(r)
+        self.input_refs: list[int] = []
+        self.input_of: dict[tuple[Any, ...], tuple[int, bool]] = {}  # -> (input, view it by as_strided)
+        for storage, refs in layouts_of.items():
+            geometries = {self.refs[r].geometry: r for r in refs}
+            if len(geometries) > 1 and storage in written:
+                base = next((r for r in geometries.values() if self._spans(r, geometries.values())), None)
+                if base is None:
+                    raise Unsupported("an input written in place is read through views none of which spans the others")
+                for geometry in geometries:
+                    self.input_of[(storage, *geometry)] = (len(self.input_refs), geometry != self.refs[base].geometry)
+                self.input_refs.append(base)
+                continue
+            for geometry, r in geometries.items():
+                self.input_of[(storage, *geometry)] = (len(self.input_refs), False)
+                self.input_refs.append(r)
+        self.outputs = [k for k, live in enumerate(self.live) if live]
+        # Scalars that changed between sightings become inputs where an overload takes them as
+        # tensors; the others are compiled in (and checked by the device at every launch).
+        self.runtime_values: list[int] = []
+        self.calls: list[tuple[torch._ops.OpOverload, dict[int, Any]]] = []
+        for op, args, roles in zip(self.ops, self.args, self.roles):
+            dynamic = {j for j, (role, a) in enumerate(zip(roles, args)) if role == SCALAR and a is not None
+                       and any(v in varying for v in (a if isinstance(a, list) else [a]))}
+            target = op
+            if dynamic and _base_name(op)[0] in _WITH_TENSOR_SCALARS:
+                target = None  # _call_with_tensor_scalars
+            elif dynamic:
+                target = _scalar_tensor_overload(op, dynamic)
+                if target is None:
+                    dynamic, target = set(), op
+            for j in sorted(dynamic):
+                for v in (args[j] if isinstance(args[j], list) else [args[j]]):
+                    if v not in self.runtime_values:
+                        self.runtime_values.append(v)
+            self.calls.append((target, {j: args[j] for j in dynamic}))
+        for ref in self.refs:  # CPU scalars that changed, and 0-dim tensors the program made
+            if ref.storage < 0 and (ref.value in varying or not ref.wrapped) and ref.value not in self.runtime_values:
+                self.runtime_values.append(ref.value)
+
+    def _spans(self, base: int, refs: Any) -> bool:
+        """Whether reference ``base`` is at offset 0 and reaches every element of ``refs``."""
+        def end(ref: _Ref) -> int:
+            return ref.offset + sum((n - 1) * s for n, s in zip(ref.sizes, ref.strides)) if all(ref.sizes) else 0
+        b = self.refs[base]
+        return b.offset == 0 and b.dtype == self.refs[next(iter(refs))].dtype and \
+            all(self.refs[r].dtype == b.dtype and end(self.refs[r]) <= end(b) for r in refs)
+
+    def _written_storages(self) -> set[int]:
+        written = set()
+        for op, args, roles in zip(self.ops, self.args, self.roles):
+            for j, (arg, role) in enumerate(zip(op._schema.arguments, roles)):
+                if arg.alias_info is None or not arg.alias_info.is_write or args[j] is None:
+                    continue
+                refs = args[j] if role in (TENSOR_LIST, OPT_TENSOR_LIST) else [args[j]]
+                written |= {self.refs[r].storage for r in refs if r is not None}
+        return written
+
+    def example_inputs(self) -> list[torch.Tensor]:
+        inputs = [torch.empty_strided(self.refs[r].sizes, self.refs[r].strides, dtype=self.refs[r].dtype)
+                  for r in self.input_refs]
+        for k in self.outputs:
+            dtype, sizes, strides = self.layouts[k]
+            inputs.append(torch.empty_strided(sizes, strides, dtype=dtype))
+        for v in self.runtime_values:
+            inputs.append(torch.empty((), dtype=_value_dtype(self.values[v])))
+        return inputs
+
+    def replay(self, *flat: torch.Tensor) -> tuple[()]:
+        n_in, n_out = len(self.input_refs), len(self.outputs)
+        inputs, outs, scalars = flat[:n_in], flat[n_in:n_in + n_out], flat[n_in + n_out:]
+        scalar_of = dict(zip(self.runtime_values, scalars))
+        produced: dict[int, torch.Tensor] = {}
+        result_of_storage = {s: k for k, s in enumerate(self.results)}
+
+        def tensor(r: int | None) -> Any:
+            if r is None:
+                return None
+            ref = self.refs[r]
+            if ref.storage < 0:
+                return scalar_of.get(ref.value, self.values[ref.value])
+            if self.producers[ref.storage] < 0:
+                index, view = self.input_of[(ref.storage, *ref.geometry)]
+                return torch.as_strided(inputs[index], ref.sizes, ref.strides, ref.offset) if view else inputs[index]
+            t = produced[ref.storage]
+            if (t.dtype, tuple(t.shape), tuple(t.stride()), 0) == ref.geometry:
+                return t
+            dtype, sizes, strides = self.layouts[result_of_storage[ref.storage]]
+            if tuple(t.stride()) != strides:  # views assume the layout the device's kernel gave it
+                t = produced[ref.storage] = torch.empty_strided(sizes, strides, dtype=dtype).copy_(t)
+            return torch.as_strided(t, ref.sizes, ref.strides, ref.offset)
+
+        for (target, dynamic), op, args, roles, returns in zip(self.calls, self.ops, self.args, self.roles,
+                                                               self.returns):
+            values = []
+            for j, (a, role) in enumerate(zip(args, roles)):
+                if j in dynamic:
+                    numbers = [scalar_of[v] for v in a] if isinstance(a, list) else scalar_of[a]
+                    expected = str(target._schema.arguments[j].type) if target else ""
+                    values.append(torch.stack(numbers) if expected == "Tensor" and isinstance(a, list) else numbers)
+                elif role == TENSOR:
+                    values.append(tensor(a))
+                elif role in (TENSOR_LIST, OPT_TENSOR_LIST):
+                    values.append([tensor(r) for r in a])
+                elif role == SCALAR:
+                    values.append(None if a is None else [self.values[v] for v in a] if isinstance(a, list)
+                                  else self.values[a])
+                else:
+                    values.append(torch.device("cpu") if isinstance(a, torch.device) else a)
+            if target is None:
+                result = _call_with_tensor_scalars(op, values)
+            else:
+                positional = [v for v, arg in zip(values, target._schema.arguments) if not arg.kwarg_only]
+                keywords = {arg.name: v for v, arg in zip(values, target._schema.arguments) if arg.kwarg_only}
+                result = target(*positional, **keywords)
+            results = list(result) if isinstance(result, (tuple, list)) and len(returns) > 1 else [result]
+            for r, storages in zip(results, returns):
+                if storages is None:
+                    continue
+                if isinstance(storages, list):
+                    produced.update(zip(storages, r))
+                else:
+                    produced[storages] = r
+        for k, out in zip(self.outputs, outs):
+            out.copy_(produced[self.results[k]])
+        return ()
+
+
+def _value_dtype(value: Any) -> torch.dtype:
+    return torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float64
+
+
+def compile_segment(d: dict[str, Any]) -> tuple[Callable[[list[torch.Tensor]], Any], _Graph]:
+    """The segment's kernel (called with the host tensors of its inputs, outputs and scalars)."""
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ..compile import cache, settings
+    graph = _Graph(d)
+    fake_mode = FakeTensorMode()
+    with fake_mode:
+        examples = graph.example_inputs()
+        gm = make_fx(torch.func.functionalize(graph.replay, remove="mutations_and_views"),
+                     select_decomp_table(), tracing_mode="real")(*examples)
+    with cache.inductor_caches(settings.cache_dir()), fake_mode:
+        compiled = compile_fx_inner(gm, examples, is_inference=True)
+    return compiled, graph
+
+
+_ids = iter(range(1 << 62))
+_jobs: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
+_pending = 0
+_pending_changed = threading.Condition()
+_worker: threading.Thread | None = None
+_compile_seconds = 0.0
+_failures: collections.deque[str] = collections.deque(maxlen=_FAILURES_KEPT)
+
+
+def _request(segment_id: int, description: dict[str, Any]) -> None:
+    """The device's compile request (called on whichever thread ended the segment)."""
+    global _pending
+    with _pending_changed:
+        _pending += 1
+    _jobs.put((segment_id, description))
+
+
+def _summary(ops: list[torch._ops.OpOverload]) -> str:
+    counts = collections.Counter(str(op) for op in ops)
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counts.items())
+
+
+def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
+    global _compile_seconds
+    start = time.perf_counter()
+    try:
+        kernel, graph = compile_segment(d)
+    except Exception as error:  # the segment keeps running call by call
+        _C._adaptive_failed(segment_id)
+        _failures.append(f"{_summary(_op(*o) for o in d['ops'])}: {type(error).__name__}: {error}")
+        return
+    finally:
+        _compile_seconds += time.perf_counter() - start
+    name = f"neuron::adaptive_segment_{next(_ids)}"
+    _C._adaptive_install(segment_id, kernel, graph.input_refs, graph.outputs, graph.runtime_values, name,
+                         _summary(graph.ops))
+
+
+def _work() -> None:
+    global _pending
+    while True:
+        segment_id, description = _jobs.get()
+        try:
+            _compile_one(segment_id, description)
+        finally:
+            with _pending_changed:
+                _pending -= 1
+                _pending_changed.notify_all()
+
+
+def start() -> None:
+    """Give the device its compiler (once)."""
+    global _worker
+    if _worker is None:
+        _worker = threading.Thread(target=_work, name="neuron-adaptive-compile", daemon=True)
+        _worker.start()
+        _C._adaptive_set_compiler(_request)
+
+
+def wait_for_compiles(timeout: float | None = None) -> bool:
+    """Wait until every requested segment is compiled (or failed); False on timeout."""
+    with _pending_changed:
+        return _pending_changed.wait_for(lambda: _pending == 0, timeout)
+
+
+def metrics() -> dict[str, Any]:
+    return {"compile_time_s": _compile_seconds, "compiles_pending": _pending,
+            "recent_compile_failures": list(_failures)}
+
+
+def reset_metrics() -> None:
+    global _compile_seconds
+    _compile_seconds = 0.0
+    _failures.clear()
