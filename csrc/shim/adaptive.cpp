@@ -253,11 +253,12 @@ void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
     }
   }
   std::vector<c10::IValue> returns;
-  for (const c10::IValue& out : call.outputs) {
-    if (out.isTensor()) returns.emplace_back(static_cast<int64_t>(add_result(s, out.toTensor(), index)));
+  for (const c10::IValue& out : call.outputs) {  // undefined results (unrequested gradients) are None
+    if (out.isTensor() && out.toTensor().defined())
+      returns.emplace_back(static_cast<int64_t>(add_result(s, out.toTensor(), index)));
     else if (out.isTensorList()) {
       std::vector<int64_t> numbers;
-      for (const at::Tensor& t : out.toTensorList()) numbers.push_back(add_result(s, t, index));
+      for (const at::Tensor& t : out.toTensorList()) numbers.push_back(t.defined() ? add_result(s, t, index) : -1);
       returns.emplace_back(numbers);
     } else returns.emplace_back();
   }
@@ -271,10 +272,11 @@ void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
 // The snapshots a fused kernel would read and write, kept while the call is held.
 void keep_snapshots(Segment& s, const Call& call) {
   for_each_tensor(call, call.kernel_args, [&](const at::Tensor& t) { s.ref_snapshots.emplace_back(t); });
-  for (const c10::IValue& out : call.kernel_outputs) {
-    if (out.isTensor()) s.result_snapshots.push_back(out.toTensor());
+  for (const c10::IValue& out : call.kernel_outputs) {  // as record() numbers the results
+    if (out.isTensor() && out.toTensor().defined()) s.result_snapshots.push_back(out.toTensor());
     else if (out.isTensorList())
-      for (const at::Tensor& t : out.toTensorList()) s.result_snapshots.push_back(t);
+      for (const at::Tensor& t : out.toTensorList())
+        if (t.defined()) s.result_snapshots.push_back(t);
   }
 }
 
@@ -369,8 +371,11 @@ bool launch_held(c10::DeviceIndex device, Segment& s, Actions& actions) {
     counters.calls_fused += static_cast<int64_t>(s.held.size());
   }
   std::vector<c10::IValue> described_in(inputs.begin(), inputs.end()), described_out(outputs.begin(), outputs.end());
-  Launch how{.name = fused->name, .host = neuron_rt::HostWork::kFollow,
-             .described = profiler::describe_launch(described_in, described_out), .ends_segment = false};
+  // The profiler's record of the kernel names the operators it replaced.
+  std::string described = profiler::describe_launch(described_in, described_out);
+  if (!described.empty()) described.insert(described.size() - 1, ", \"replaces\": \"" + fused->replaced + "\"");
+  Launch how{.name = fused->name, .host = neuron_rt::HostWork::kFollow, .described = std::move(described),
+             .ends_segment = false};
   actions.push_back([device, fused, inputs = std::move(inputs), outputs = std::move(outputs),
                      scalars = std::move(scalars), how = std::move(how)]() mutable {
     launch(device, [fused, inputs, outputs, scalars] {

@@ -60,8 +60,9 @@ def get_adaptive_metrics() -> dict[str, Any]:
 
 def reset_adaptive() -> None:
     """Forget every observed and compiled segment and the counters (what a core holds is
-    launched first)."""
+    launched first; compile requests not started yet are dropped)."""
     from . import segments
+    segments.drop_queued()
     segments.wait_for_compiles()
     _C._adaptive_reset()
     segments.reset_metrics()

@@ -12,9 +12,15 @@ no longer holds are never written: they live only inside the generated code.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
+import hashlib
+import json
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -286,7 +292,7 @@ class _Graph:
                 if storages is None:
                     continue
                 if isinstance(storages, list):
-                    produced.update(zip(storages, r))
+                    produced.update((s, t) for s, t in zip(storages, r) if s >= 0)
                 else:
                     produced[storages] = r
         for k, out in zip(self.outputs, outs):
@@ -298,8 +304,9 @@ def _value_dtype(value: Any) -> torch.dtype:
     return torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float64
 
 
-def compile_segment(d: dict[str, Any]) -> tuple[Callable[[list[torch.Tensor]], Any], _Graph]:
-    """The segment's kernel (called with the host tensors of its inputs, outputs and scalars)."""
+def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
+    """Trace and compile a segment (in the compile process, compile_worker.py): Inductor's
+    generated module, the references it reads, the results it writes and the scalars it takes."""
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -314,15 +321,20 @@ def compile_segment(d: dict[str, Any]) -> tuple[Callable[[list[torch.Tensor]], A
                      select_decomp_table(), tracing_mode="real")(*examples)
     with cache.inductor_caches(settings.cache_dir()), fake_mode:
         compiled = compile_fx_inner(gm, examples, is_inference=True)
-    return compiled, graph
+    if compiled.constants:
+        raise Unsupported("the generated code holds tensor constants")
+    return {"source": compiled.source_code, "input_refs": graph.input_refs, "outputs": graph.outputs,
+            "runtime_values": graph.runtime_values, "summary": _summary(graph.ops)}
 
 
 _ids = iter(range(1 << 62))
-_jobs: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
+_jobs: queue.Queue[tuple[int, dict[str, Any]] | None] = queue.Queue()
 _pending = 0
 _pending_changed = threading.Condition()
 _worker: threading.Thread | None = None
+_stopping = threading.Event()
 _compile_seconds = 0.0
+_counts: collections.Counter[str] = collections.Counter()
 _failures: collections.deque[str] = collections.deque(maxlen=_FAILURES_KEPT)
 
 
@@ -339,28 +351,111 @@ def _summary(ops: list[torch._ops.OpOverload]) -> str:
     return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counts.items())
 
 
+class _CompileProcess:
+    """The compile process (compile_worker.py), started on first use and again if it dies."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def compile(self, description: dict[str, Any]) -> tuple[str, Any]:
+        from . import compile_worker
+        if self.process is None or self.process.poll() is not None:
+            env = {**os.environ, "TORCH_NEURONX_EAGER_MODE": "eager"}
+            self.process = subprocess.Popen([sys.executable, "-m", "torch_neuronx.adaptive.compile_worker"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, env=env)
+        try:
+            compile_worker.write_message(self.process.stdin, description)
+            answer = compile_worker.read_message(self.process.stdout)
+        except (BrokenPipeError, OSError) as error:
+            answer = None
+            reason = str(error)
+        else:
+            reason = "the compile process exited"
+        if answer is None:
+            self.stop()
+            return "error", reason
+        return answer
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+_process = _CompileProcess()
+
+
+_META = "# adaptive segment "  # the last line of a cached segment module: how to call it
+
+
+def _digest(d: dict[str, Any]) -> str:
+    """The executable-cache key of a segment: everything its generated code depends on (its
+    description with the scalars that changed between sightings left out, the torch and backend
+    versions), none of what only this process knows (signature identities)."""
+    from ..compile import cache
+    varying = {i for i, (a, b) in enumerate(zip(d["values"], d["first_values"])) if a != b or type(a) is not type(b)}
+    stable = {k: v for k, v in d.items() if k not in ("values", "first_values")}
+    stable["values"] = [None if i in varying else (type(v).__name__, v) for i, v in enumerate(d["values"])]
+    return hashlib.sha256(repr((sorted(stable.items()), torch.__version__, cache.backend_version(),
+                                "adaptive-segment")).encode()).hexdigest()
+
+
+def _compiled(d: dict[str, Any]) -> tuple[str, dict[str, Any] | str]:
+    """("ok", the module source and how to call it) or ("error", why), from the executable cache
+    (same rules as compiled graphs, docs/compile.md) or the compile process."""
+    from ..compile import cache, settings
+    root = settings.cache_dir()
+    if root is None:
+        return _process.compile(d)
+    digest = _digest(d)
+    with cache.lock(root, digest):
+        entry = cache.load_source(root, digest)
+        if entry is not None:
+            meta = json.loads(entry[0].rsplit("\n", 1)[-1].removeprefix(_META))
+            _counts["compile_cache_hits"] += 1
+            return "ok", {**meta, "source": entry[0]}
+        status, answer = _process.compile(d)
+        if status == "ok":
+            meta = {k: v for k, v in answer.items() if k != "source"}
+            answer["source"] = f"{answer['source'].rstrip()}\n{_META}{json.dumps(meta)}"
+            cache.store(root, digest, answer["source"], 0)
+        return status, answer
+
+
 def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
     global _compile_seconds
     start = time.perf_counter()
-    try:
-        kernel, graph = compile_segment(d)
-    except Exception as error:  # the segment keeps running call by call
+    status, answer = _compiled(d)
+    if status == "ok":
+        try:
+            from ..compile.generated_module import load_module
+            kernel = load_module(answer["source"])
+        except Exception as error:
+            status, answer = "error", f"loading the generated module: {type(error).__name__}: {error}"
+    _compile_seconds += time.perf_counter() - start
+    if status != "ok":
         _C._adaptive_failed(segment_id)
-        _failures.append(f"{_summary(_op(*o) for o in d['ops'])}: {type(error).__name__}: {error}")
+        _failures.append(f"{_summary(_op(*o) for o in d['ops'])}: {answer}")
         return
-    finally:
-        _compile_seconds += time.perf_counter() - start
     name = f"neuron::adaptive_segment_{next(_ids)}"
-    _C._adaptive_install(segment_id, kernel, graph.input_refs, graph.outputs, graph.runtime_values, name,
-                         _summary(graph.ops))
+    try:
+        _C._adaptive_install(segment_id, kernel, answer["input_refs"], answer["outputs"], answer["runtime_values"],
+                             name, answer["summary"])
+    except RuntimeError:  # the segments were reset (reset_adaptive) while it compiled
+        pass
 
 
 def _work() -> None:
     global _pending
     while True:
-        segment_id, description = _jobs.get()
+        job = _jobs.get()
+        if job is None:
+            return
         try:
-            _compile_one(segment_id, description)
+            if not _stopping.is_set():
+                _compile_one(*job)
         finally:
             with _pending_changed:
                 _pending -= 1
@@ -374,6 +469,36 @@ def start() -> None:
         _worker = threading.Thread(target=_work, name="neuron-adaptive-compile", daemon=True)
         _worker.start()
         _C._adaptive_set_compiler(_request)
+        atexit.register(_shutdown)
+
+
+def _shutdown() -> None:
+    """At exit: what the cores hold is launched, the compile under way finishes (queued ones are
+    dropped), and the compiled kernels — Python objects — are released while Python still runs."""
+    _stopping.set()
+    _C._adaptive_set_enabled(False)
+    _jobs.put(None)
+    if _worker is not None:
+        _worker.join(timeout=120)
+    _process.stop()
+    _C._adaptive_set_compiler(None)
+    _C._adaptive_reset()
+
+
+def drop_queued() -> None:
+    """Forget the compile requests not started yet (the compile under way finishes)."""
+    global _pending
+    while True:
+        try:
+            job = _jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job is None:  # the shutdown sentinel stays
+            _jobs.put(None)
+            return
+        with _pending_changed:
+            _pending -= 1
+            _pending_changed.notify_all()
 
 
 def wait_for_compiles(timeout: float | None = None) -> bool:
@@ -383,11 +508,13 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
 
 
 def metrics() -> dict[str, Any]:
-    return {"compile_time_s": _compile_seconds, "compiles_pending": _pending,
+    return {"compile_time_s": _compile_seconds, "compile_cache_hits": _counts["compile_cache_hits"],
+            "compiles_pending": _pending,
             "recent_compile_failures": list(_failures)}
 
 
 def reset_metrics() -> None:
     global _compile_seconds
     _compile_seconds = 0.0
+    _counts.clear()
     _failures.clear()

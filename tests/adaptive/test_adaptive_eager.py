@@ -1,0 +1,266 @@
+"""Adaptive eager (torch_neuronx.set_eager_mode("adaptive")): repeated operator sequences run as
+compiled segments, with the values, errors, memory statistics and RNG streams of plain eager."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_neuronx
+from torch_neuronx.adaptive import reset_adaptive, segments
+
+DEVICE = "neuron"
+
+
+@pytest.fixture
+def adaptive():
+    """Adaptive mode with no learned segments, for the test only."""
+    reset_adaptive()
+    with torch_neuronx.eager_mode("adaptive"):
+        yield
+    reset_adaptive()
+
+
+def run_until_fused(fn, *, runs: int = 6):
+    """Call ``fn`` (which must synchronize, e.g. by reading a result) ``runs`` times, letting the
+    background compiles finish in between; return every result."""
+    results = []
+    for _ in range(runs):
+        results.append(fn())
+        segments.wait_for_compiles()
+    return results
+
+
+def rms_swiglu(x, w, gate, up):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    return F.silu(y @ gate) * (y @ up)
+
+
+def test_mode_switch_and_context_manager():
+    start = torch_neuronx.get_eager_mode()  # "eager" unless the suite runs with TORCH_NEURONX_EAGER_MODE
+    with torch_neuronx.eager_mode("adaptive"):
+        assert torch_neuronx.get_eager_mode() == "adaptive"
+        with torch_neuronx.eager_mode("eager"):
+            assert torch_neuronx.get_eager_mode() == "eager"
+        assert torch_neuronx.get_eager_mode() == "adaptive"
+    assert torch_neuronx.get_eager_mode() == start
+    with pytest.raises(ValueError, match="mode must be one of"):
+        torch_neuronx.set_eager_mode("lazy")
+    assert torch_neuronx.get_eager_mode() == start
+
+
+def test_off_by_default_and_the_environment_variable_turns_it_on():
+    show = [sys.executable, "-c", "import torch, torch_neuronx; print(torch_neuronx.get_eager_mode())"]
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_NEURONX_EAGER_MODE"}
+    assert subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout.strip() == "eager"
+    env["TORCH_NEURONX_EAGER_MODE"] = "adaptive"
+    assert subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout.strip() == "adaptive"
+    env["TORCH_NEURONX_EAGER_MODE"] = "fast"
+    bad = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "TORCH_NEURONX_EAGER_MODE='fast'" in bad.stderr
+
+
+def test_repeated_sequence_is_fused_and_matches_cpu(adaptive):
+    g = torch.Generator().manual_seed(0)
+    x, w, gate, up = (torch.randn(*s, generator=g) for s in [(32, 64), (64,), (64, 96), (64, 96)])
+    expected = rms_swiglu(x, w, gate, up)
+    dx, dw, dgate, dup = (t.to(DEVICE) for t in (x, w, gate, up))
+    outs = run_until_fused(lambda: rms_swiglu(dx, dw, dgate, dup).cpu())
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["segments_compiled"] >= 1 and metrics["fused_launches"] >= 1, metrics
+    for out in outs:  # before, while and after fusing
+        torch.testing.assert_close(out, expected)
+        assert out.dtype == expected.dtype and out.stride() == expected.stride()
+
+
+def test_results_keep_layout_dtype_and_views(adaptive):
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    dx = x.to(DEVICE)
+
+    def program(t):
+        a = (t * 2).t()          # a view of an intermediate
+        b = a.contiguous() + 1   # reads it through the view
+        c = b.float().sum(0)     # dtype change and reduction
+        return a, b, c
+
+    expected = program(x)
+    for got in run_until_fused(lambda: [r.cpu() for r in program(dx)]):
+        for e, r in zip(expected, got):
+            torch.testing.assert_close(r, e)
+            assert (r.dtype, r.shape, r.stride()) == (e.dtype, e.shape, e.stride())
+    assert torch_neuronx.get_adaptive_metrics()["fused_launches"] >= 1
+
+
+def train(model: nn.Module, x: torch.Tensor, steps: int, *, lr_schedule: bool) -> tuple[list[float], nn.Module]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9) if lr_schedule else None
+    losses = []
+    for _ in range(steps):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if sched:
+            sched.step()
+        losses.append(loss.item())
+        segments.wait_for_compiles()
+    return losses, model
+
+
+def small_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.SiLU(), nn.LayerNorm(64), nn.Linear(64, 32))
+
+
+@pytest.mark.parametrize("lr_schedule", [False, True])
+def test_training_matches_cpu_and_plain_eager(adaptive, lr_schedule):
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(1))
+    cpu_losses, cpu_model = train(small_model(), x, 8, lr_schedule=lr_schedule)
+    losses, model = train(small_model().to(DEVICE), x.to(DEVICE), 8, lr_schedule=lr_schedule)
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["fused_launches"] >= 2, metrics  # the AdamW bias corrections and lr change every step
+    torch.testing.assert_close(losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_memory_statistics_at_sync_points_are_eager_ones():
+    def program(t):
+        u = t.exp() * 3
+        v = (u + t).sigmoid()
+        return (v * u).sum()
+
+    dx = torch.randn(256, 256).to(DEVICE)
+    torch.neuron.synchronize()
+
+    def measure():
+        torch.neuron.reset_peak_memory_stats()
+        stats = []
+        for _ in range(5):
+            program(dx).item()
+            segments.wait_for_compiles()
+            stats.append((torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()))
+        return stats
+
+    eager = measure()
+    reset_adaptive()
+    with torch_neuronx.eager_mode("adaptive"):
+        fused = measure()
+        fused_launches = torch_neuronx.get_adaptive_metrics()["fused_launches"]
+    reset_adaptive()
+    assert fused_launches >= 1
+    assert fused == eager
+
+
+def test_random_operators_keep_the_rng_stream(adaptive):
+    x = torch.randn(64, 64).to(DEVICE)
+
+    def program():
+        y = F.dropout(x * 2, p=0.5, training=True)
+        r = torch.rand_like(y)
+        return y.cpu(), r.cpu(), (y * r + 1).sum().cpu()
+
+    torch.neuron.manual_seed(7)
+    with torch_neuronx.eager_mode("eager"):
+        expected = [program() for _ in range(4)]
+    torch.neuron.manual_seed(7)
+    for (y, r, total), (ey, er, etotal) in zip(run_until_fused(program, runs=4), expected):
+        assert torch.equal(y, ey) and torch.equal(r, er)  # the same draws, bit for bit
+        torch.testing.assert_close(total, etotal)  # a fused sum may round differently
+
+
+def test_errors_of_operators_stay_where_eager_raises_them(adaptive):
+    src = torch.randn(4, 4).to(DEVICE)
+    bad = torch.tensor([[0, 9]]).to(DEVICE)
+
+    def program() -> tuple[str, str]:
+        """Where the error surfaces (the call or the read) and its message."""
+        y = (src * 2).exp()
+        try:
+            z = torch.gather(y, 1, bad)  # an index out of range: reported by the operator
+        except RuntimeError as error:
+            return "call", str(error)
+        try:
+            z.cpu()
+        except RuntimeError as error:
+            return "read", str(error)
+        return "none", ""
+
+    with torch_neuronx.eager_mode("eager"):
+        expected = program()
+    assert "out of bounds" in expected[1]
+    assert run_until_fused(program, runs=4) == [expected] * 4
+    ok = torch.gather((src * 2).exp(), 1, torch.tensor([[0, 1]]).to(DEVICE))  # the device goes on
+    torch.testing.assert_close(ok.cpu(), torch.gather((src.cpu() * 2).exp(), 1, torch.tensor([[0, 1]])))
+
+
+def test_streams_and_events_end_segments(adaptive):
+    a = torch.randn(128, 128).to(DEVICE)
+    side = torch.neuron.Stream()
+    for _ in range(4):
+        b = (a * 2).relu() + 1
+        event = torch.neuron.Event()
+        event.record()
+        with torch.neuron.stream(side):
+            side.wait_event(event)
+            c = (b * 3).tanh()
+        torch.neuron.current_stream().wait_stream(side)
+        torch.testing.assert_close(c.cpu(), ((a.cpu() * 2).relu() + 1).mul(3).tanh())
+        segments.wait_for_compiles()
+
+
+def test_a_segment_that_cannot_compile_runs_call_by_call(adaptive):
+    base = torch.randn(6, 6)
+    for _ in range(4):
+        x = base.clone().to(DEVICE)
+        # Writes through one view of an input while reading another: no view spans the others.
+        x[:, :3].mul_(2)
+        y = x[:, 3:] + x[:, :3]
+        torch.testing.assert_close(y.cpu(), base[:, 3:] + base[:, :3] * 2)
+        segments.wait_for_compiles()
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["compile_failures"] >= 1 and metrics["fused_launches"] == 0, metrics
+    assert any("several views" in f or "spans" in f for f in metrics["recent_compile_failures"])
+
+
+def test_profiler_names_fused_kernels(adaptive):
+    x = torch.randn(64, 64).to(DEVICE)
+    program = lambda: ((x * 2).sin() + x).sum().item()  # noqa: E731
+    run_until_fused(program, runs=4)
+    with torch.profiler.profile() as prof:
+        program()
+    names = [e.name for e in prof.events()]
+    assert any(n.startswith("neuron::adaptive_segment_") for n in names), sorted(set(names))[:40]
+
+
+PROGRAM = """
+import torch, torch_neuronx
+from torch_neuronx.adaptive import segments
+torch_neuronx.set_eager_mode("adaptive")
+x = torch.arange(64.0).to("neuron")
+for _ in range(4):
+    y = ((x * 0.5).exp() + x).sum().item()
+    segments.wait_for_compiles()
+m = torch_neuronx.get_adaptive_metrics()
+print(m["fused_launches"], m["compile_cache_hits"], y)
+"""
+
+
+def test_compiled_segments_persist_in_the_executable_cache(tmp_path):
+    env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TORCH_NEURONX_EAGER_MODE", None)
+
+    def run() -> list[str]:
+        return subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    cold, warm = run(), run()
+    assert int(cold[0]) >= 1 and int(cold[1]) == 0, cold
+    assert int(warm[0]) >= 1 and int(warm[1]) >= 1, warm  # loaded, not compiled again
+    assert cold[2] == warm[2]
+    assert any(p.suffix == ".py" for p in (tmp_path / "cache").rglob("*"))
