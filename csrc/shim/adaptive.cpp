@@ -28,7 +28,7 @@ namespace {
 
 std::atomic<bool> on{false};
 std::atomic<int> compile_after{2};        // a segment seen this many times is compiled
-std::atomic<int> max_calls{512};          // a segment ends after this many calls
+std::atomic<int> max_calls{32};  // a segment ends after this many calls (a fused kernel then runs while the host goes on)
 std::atomic<int64_t> idle_limit_us{100000};  // ... or when the host sends nothing for this long
 
 uint64_t mix(uint64_t h, int64_t word) { return (h ^ static_cast<uint64_t>(word)) * 1099511628211ull; }
@@ -38,6 +38,7 @@ constexpr uint64_t kSeed = 1469598103934665603ull;
 struct SeenStorage {
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // keeps the identity; liveness of results
   int producer = -1;                                  // the call that made it (-1: an input)
+  const void* data = nullptr;                         // where its memory is (inputs)
 };
 
 // One compiled segment, installed by Python (torch_neuronx/adaptive/compiler.py).
@@ -64,6 +65,7 @@ struct Description {
   std::vector<int> producers;     // per storage: the call that made it, -1 for inputs
   std::vector<int> results;       // fresh results, by storage number
   std::vector<int64_t> layouts;   // per fresh result: dtype, dim, sizes, strides (as the kernel makes it)
+  std::vector<int> reuses;        // per fresh result: the input whose freed memory it got, or -1
 };
 
 struct Segment {
@@ -132,7 +134,7 @@ int add_ref(Segment& s, const at::Tensor& t, bool record_values) {
   const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   auto [it, fresh] = s.storage_index.emplace(impl, static_cast<int>(s.storages.size()));
   if (fresh) {
-    s.storages.push_back({t.storage().getWeakStorageImpl(), -1});
+    s.storages.push_back({t.storage().getWeakStorageImpl(), -1, t.storage().data()});
     d.producers.push_back(-1);
   }
   d.refs.push_back(it->second);
@@ -144,6 +146,17 @@ int add_ref(Segment& s, const at::Tensor& t, bool record_values) {
   return ref;
 }
 
+// The input of the segment whose memory a fresh result got from the allocator once the program
+// had freed the input (its reads all came before), or -1. The compiled kernel writes such a
+// result into that input; a partial overlap is refused at launch (memory_hazard).
+int reused_input(const Segment& s, const at::Tensor& result) {
+  const void* data = result.storage().data();
+  for (size_t i = 0; i < s.storages.size(); ++i)
+    if (s.storages[i].producer < 0 && s.storages[i].data == data && s.storages[i].storage.use_count() == 0)
+      return static_cast<int>(i);
+  return -1;
+}
+
 int add_result(Segment& s, const at::Tensor& t, int call) {
   const int index = static_cast<int>(s.storages.size());
   s.storage_index[t.storage().unsafeGetStorageImpl()] = index;
@@ -151,6 +164,7 @@ int add_result(Segment& s, const at::Tensor& t, int call) {
   auto& d = s.desc;
   d.producers.push_back(call);
   d.results.push_back(index);
+  d.reuses.push_back(reused_input(s, t));
   d.layouts.push_back(static_cast<int64_t>(t.scalar_type()));
   d.layouts.push_back(t.dim());
   d.layouts.insert(d.layouts.end(), t.sizes().begin(), t.sizes().end());
@@ -195,6 +209,11 @@ std::vector<int64_t> call_words(const Segment& s, const Call& call) {
     words.push_back(index);
     words.push_back(t.storage_offset());
   });
+  for (const c10::IValue& out : call.outputs) {  // results in the memory of freed inputs
+    if (out.isTensor() && out.toTensor().defined()) words.push_back(reused_input(s, out.toTensor()));
+    else if (out.isTensorList())
+      for (const at::Tensor& t : out.toTensorList()) words.push_back(t.defined() ? reused_input(s, t) : -1);
+  }
   return words;
 }
 
@@ -459,6 +478,7 @@ void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c1
     description["producers"] = py::cast(d->producers);
     description["results"] = py::cast(d->results);
     description["layouts"] = py::cast(d->layouts);
+    description["reuses"] = py::cast(d->reuses);
     description["values"] = to_list(values);
     description["first_values"] = to_list(first_values);
     description["live"] = py::cast(live);

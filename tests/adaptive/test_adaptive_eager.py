@@ -264,3 +264,23 @@ def test_compiled_segments_persist_in_the_executable_cache(tmp_path):
     assert int(warm[0]) >= 1 and int(warm[1]) >= 1, warm  # loaded, not compiled again
     assert cold[2] == warm[2]
     assert any(p.suffix == ".py" for p in (tmp_path / "cache").rglob("*"))
+
+
+def test_results_in_the_memory_of_freed_inputs(adaptive):
+    x = torch.randn(128, 128).to(DEVICE)
+
+    def program():
+        inp = x + 1
+        inp.sum().item()  # ends the segment: `inp` comes from before the next one
+        y = inp.sin()
+        del inp
+        z = y * 2  # the allocator hands it the memory of `inp`, freed above
+        w = z.t() + 0  # a result in the memory of a freed input, another layout
+        return z.cpu(), w.cpu()
+
+    expected = ((x.cpu() + 1).sin() * 2)
+    for z, w in run_until_fused(program):
+        torch.testing.assert_close(z, expected)
+        torch.testing.assert_close(w, expected.t())
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["fused_launches"] >= 1 and metrics["fused_refused"] == 0, metrics
