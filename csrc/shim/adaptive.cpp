@@ -29,7 +29,10 @@ namespace {
 std::atomic<bool> on{false};
 std::atomic<int> compile_after{2};        // a segment seen this many times is compiled
 std::atomic<int> max_calls{32};  // a segment ends after this many calls (a fused kernel then runs while the host goes on)
-std::atomic<int64_t> idle_limit_us{100000};  // ... or when the host sends nothing for this long
+std::atomic<int64_t> idle_limit_us{100000};
+// Shorter segments are not compiled: a fused kernel for one or two calls saves less than holding
+// them back and calling into Python costs.
+constexpr size_t kMinCalls = 3;  // ... or when the host sends nothing for this long
 
 uint64_t mix(uint64_t h, int64_t word) { return (h ^ static_cast<uint64_t>(word)) * 1099511628211ull; }
 constexpr uint64_t kSeed = 1469598103934665603ull;
@@ -495,7 +498,7 @@ void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c1
 void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
   if (s.calls() == 0) return;
   const bool fused = launch_held(device, s, actions);
-  if (!fused) {
+  if (!fused && s.calls() >= kMinCalls) {
     const auto live = live_results(s);
     const uint64_t id = segment_id(s, live);
     bool ask = false;
