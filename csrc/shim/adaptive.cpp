@@ -28,7 +28,8 @@ namespace {
 
 std::atomic<bool> on{false};
 std::atomic<int> compile_after{2};        // a segment seen this many times is compiled
-std::atomic<int> max_calls{32};  // a segment ends after this many calls (a fused kernel then runs while the host goes on)
+std::atomic<int> max_calls{
+    32};  // a segment ends after this many calls (a fused kernel then runs while the host goes on)
 std::atomic<int64_t> idle_limit_us{100000};
 // Shorter segments are not compiled: a fused kernel for one or two calls saves less than holding
 // them back and calling into Python costs.
@@ -101,8 +102,8 @@ struct Observation {
 };
 
 struct Counters {
-  int64_t segments_seen = 0, segments_compiled = 0, compile_failures = 0, fused_launches = 0,
-          calls_fused = 0, calls_held_then_single = 0, fused_refused = 0;
+  int64_t segments_seen = 0, segments_compiled = 0, compile_failures = 0, fused_launches = 0, calls_fused = 0,
+          calls_held_then_single = 0, fused_refused = 0;
 };
 
 std::mutex tables_mu;  // everything below
@@ -396,7 +397,9 @@ bool launch_held(c10::DeviceIndex device, Segment& s, Actions& actions) {
   // The profiler's record of the kernel names the operators it replaced.
   std::string described = profiler::describe_launch(described_in, described_out);
   if (!described.empty()) described.insert(described.size() - 1, ", \"replaces\": \"" + fused->replaced + "\"");
-  Launch how{.name = fused->name, .host = neuron_rt::HostWork::kFollow, .described = std::move(described),
+  Launch how{.name = fused->name,
+             .host = neuron_rt::HostWork::kFollow,
+             .described = std::move(described),
              .ends_segment = false};
   actions.push_back([device, fused, inputs = std::move(inputs), outputs = std::move(outputs),
                      scalars = std::move(scalars), how = std::move(how)]() mutable {
@@ -458,8 +461,9 @@ void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c1
       py::list a;
       const auto& schema = d->ops[i].schema();
       for (size_t j = 0; j < d->args[i].size(); ++j)
-        a.append(static_cast<Role>(d->roles[i][j]) == Role::Value ? argument_object(d->args[i][j], schema.arguments()[j])
-                                                                   : torch::jit::toPyObject(d->args[i][j]));
+        a.append(static_cast<Role>(d->roles[i][j]) == Role::Value
+                     ? argument_object(d->args[i][j], schema.arguments()[j])
+                     : torch::jit::toPyObject(d->args[i][j]));
       args.append(a);
       roles.append(py::cast(d->roles[i]));
       py::list r;
@@ -519,8 +523,8 @@ void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
       }
     }
     if (ask)
-      request_compile(id, std::make_shared<Description>(std::move(s.desc)), std::move(s.values), std::move(first),
-                      live, actions);
+      request_compile(id, std::make_shared<Description>(std::move(s.desc)), std::move(s.values), std::move(first), live,
+                      actions);
   }
   s = Segment();
 }
@@ -541,7 +545,8 @@ bool enabled() { return on.load(std::memory_order_relaxed); }
 void set_enabled(bool enable) {
   if (!enable)
     for (size_t i = 0; i < cores.size(); ++i)
-      if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i))) end_segment(static_cast<c10::DeviceIndex>(i));
+      if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i)))
+        end_segment(static_cast<c10::DeviceIndex>(i));
   on = enable;
 }
 
@@ -613,8 +618,8 @@ void install(uint64_t id, py::object kernel, std::vector<int> input_refs, std::v
   f->replaced = std::move(replaced);
   std::lock_guard<std::mutex> lock(tables_mu);
   auto it = observations.find(id);
-  TORCH_CHECK(it != observations.end() && it->second.state == Observation::kCompiling,
-              "adaptive eager: segment ", id, " was not asked for");
+  TORCH_CHECK(it != observations.end() && it->second.state == Observation::kCompiling, "adaptive eager: segment ", id,
+              " was not asked for");
   auto& o = it->second;
   f->key = o.key;
   f->live = o.live;

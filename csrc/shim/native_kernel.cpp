@@ -176,11 +176,11 @@ class NativeKernel final : public c10::OperatorKernel {
     fusable_ = !has_generator_ && !host_run_ && !host_op_ && !sync_ && !bool_index_sync_ && !has_index_list_ &&
                std::none_of(is_out_.begin(), is_out_.end(), [](bool b) { return b; });
     for (ArgKind k : kinds_)
-      roles_.push_back(k == ArgKind::Tensor       ? adaptive::Role::Tensor
-                       : k == ArgKind::TensorList ? adaptive::Role::TensorList
-                       : k == ArgKind::OptTensorList ? adaptive::Role::OptTensorList
+      roles_.push_back(k == ArgKind::Tensor                          ? adaptive::Role::Tensor
+                       : k == ArgKind::TensorList                    ? adaptive::Role::TensorList
+                       : k == ArgKind::OptTensorList                 ? adaptive::Role::OptTensorList
                        : k == ArgKind::Scalar || k == ArgKind::Float ? adaptive::Role::Scalar
-                                                                       : adaptive::Role::Value);
+                                                                     : adaptive::Role::Value);
   }
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -439,8 +439,9 @@ class NativeKernel final : public c10::OperatorKernel {
       }
     }
     track_kernel(op, /*on_cpu=*/false);
-    const bool segment = adaptive::enabled() && fusable_ && plan.out_resizes.empty() && host_work() == neuron_rt::HostWork::kFollow &&
-                         only_float_or_bool(args) && !neuron_rt::Runtime::get().topology().launch_blocking;
+    const bool segment = adaptive::enabled() && fusable_ && plan.out_resizes.empty() &&
+                         host_work() == neuron_rt::HostWork::kFollow && only_float_or_bool(args) &&
+                         !neuron_rt::Runtime::get().topology().launch_blocking;
     std::vector<c10::IValue> originals = segment ? args : std::vector<c10::IValue>();
     // The kernel works on the tensors as they are now, whatever the caller does to their
     // metadata (squeeze_, t_, as_strided_, ...) before it runs.
@@ -468,9 +469,15 @@ class NativeKernel final : public c10::OperatorKernel {
       std::vector<c10::IValue> returned;
       for (size_t j = 0; j < outputs.size(); ++j)
         returned.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : outputs[j]);
-      adaptive::submit(device, {.op = op, .plan = plan.id, .roles = &roles_, .args = std::move(originals),
-                                .outputs = std::move(returned), .kernel_args = std::move(args),
-                                .kernel_outputs = std::move(fresh), .kernel = std::move(kernel), .how = std::move(how)});
+      adaptive::submit(device, {.op = op,
+                                .plan = plan.id,
+                                .roles = &roles_,
+                                .args = std::move(originals),
+                                .outputs = std::move(returned),
+                                .kernel_args = std::move(args),
+                                .kernel_outputs = std::move(fresh),
+                                .kernel = std::move(kernel),
+                                .how = std::move(how)});
     } else {
       launch(device, std::move(kernel), std::move(how));
     }

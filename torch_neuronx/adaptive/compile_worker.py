@@ -10,25 +10,9 @@ kernels it compiles land in Inductor's cache directory, where the user's process
 from __future__ import annotations
 
 import os
-import pickle
-import struct
 import sys
-from typing import Any, BinaryIO
 
-
-def read_message(stream: BinaryIO) -> Any:
-    """One length-prefixed pickle, or None at end of stream."""
-    header = stream.read(8)
-    if len(header) < 8:
-        return None
-    (size,) = struct.unpack("<Q", header)
-    return pickle.loads(stream.read(size))
-
-
-def write_message(stream: BinaryIO, message: Any) -> None:
-    data = pickle.dumps(message)
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
+from .messages import read_message, write_message
 
 
 def main() -> None:

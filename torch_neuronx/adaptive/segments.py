@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .. import _C
+from .messages import read_message, write_message
 
 TENSOR, TENSOR_LIST, OPT_TENSOR_LIST, SCALAR, VALUE = range(5)  # adaptive::Role
 _FAILURES_KEPT = 20
@@ -382,15 +383,14 @@ class _CompileProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def compile(self, description: dict[str, Any]) -> tuple[str, Any]:
-        from . import compile_worker
         if self.process is None or self.process.poll() is not None:
             env = {**os.environ, "TORCH_NEURONX_EAGER_MODE": "eager"}
             self.process = subprocess.Popen([sys.executable, "-m", "torch_neuronx.adaptive.compile_worker"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.DEVNULL, env=env)
         try:
-            compile_worker.write_message(self.process.stdin, description)
-            answer = compile_worker.read_message(self.process.stdout)
+            write_message(self.process.stdin, description)
+            answer = read_message(self.process.stdout)
         except (BrokenPipeError, OSError) as error:
             answer = None
             reason = str(error)
