@@ -14,7 +14,10 @@ def test_tiny_gpt_adamw_50_steps_matches_cpu():
     dev_losses, dev_state = train(lambda: TinyGPT(GPTConfig()), batches, "neuron", steps=50)
     assert cpu_losses[-1] < cpu_losses[0] - 0.5  # the loop really trains
     assert compare_losses(dev_losses, cpu_losses) <= 1e-5
-    assert max_rel_diff_state(dev_state, cpu_state) <= 1e-5
+    # Eager runs the CPU's kernels; adaptive eager's fused optimizer steps round as compiled code
+    # does (tests/compile/test_backend.py allows the same after training).
+    state_tolerance = 5e-3 if torch_neuronx.get_eager_mode() == "adaptive" else 1e-5
+    assert max_rel_diff_state(dev_state, cpu_state) <= state_tolerance
     # Everything a transformer step needs runs on the device.
     assert torch_neuronx.get_fallback_ops() == {}
     executed = torch_neuronx.get_executed_ops()
