@@ -33,7 +33,8 @@ std::atomic<int> max_calls{
 std::atomic<int64_t> idle_limit_us{100000};
 // Shorter segments are not compiled: a fused kernel for one or two calls saves less than holding
 // them back and calling into Python costs.
-constexpr size_t kMinCalls = 3;  // ... or when the host sends nothing for this long
+constexpr size_t kMinCalls = 3;
+constexpr size_t kMaxObservations = 1 << 16;  // ... or when the host sends nothing for this long
 
 uint64_t mix(uint64_t h, int64_t word) { return (h ^ static_cast<uint64_t>(word)) * 1099511628211ull; }
 constexpr uint64_t kSeed = 1469598103934665603ull;
@@ -510,6 +511,10 @@ void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
     {
       std::lock_guard<std::mutex> lock(tables_mu);
       ++counters.segments_seen;
+      // A program whose segments never repeat (shapes changing every step) would grow the table
+      // without end: past the limit, the segments only observed so far are forgotten.
+      if (observations.size() >= kMaxObservations)
+        std::erase_if(observations, [](const auto& entry) { return entry.second.state == Observation::kObserving; });
       auto& o = observations[id];
       if (o.count++ == 0) o.first_values = s.values;
       if (o.state == Observation::kObserving && o.count >= compile_after.load() && compiler) {
