@@ -5,6 +5,8 @@ import sys
 import pytest
 import torch
 
+import torch_neuronx
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import helpers  # noqa: E402
@@ -49,13 +51,14 @@ def _global_state() -> dict:
         "torch._dynamo.config": torch._dynamo.config.get_config_copy(),
         "torch._inductor.config": torch._inductor.config.get_config_copy(),
         "torch.compiler default backend": torch.compiler.get_default_backend(),
+        "eager mode": torch_neuronx.get_eager_mode(),
     }
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_global_state():
     """Each test gets the CPU and neuron RNG back as they were, and fails if it leaves torch's
-    configuration, the environment, the default dtype/device or the grad mode changed."""
+    configuration, the environment, the default dtype/device, the grad mode or the eager mode changed."""
     before = _global_state()
     cpu_rng = torch.random.get_rng_state()
     neuron_rng = torch.neuron.get_rng_state_all() if torch.neuron.is_initialized() else None
@@ -89,7 +92,6 @@ def assert_same():
 @pytest.fixture(autouse=True)
 def _neuron_op_tracking_and_sync():
     """Clear op tracking before each test; drain the device queues after it."""
-    import torch_neuronx
     torch_neuronx.clear_op_tracking()
     yield
     for index in range(torch.neuron.device_count()):
