@@ -27,14 +27,14 @@ namespace torch_neuronx::adaptive {
 namespace {
 
 std::atomic<bool> on{false};
-std::atomic<int> compile_after{2};        // a segment seen this many times is compiled
-std::atomic<int> max_calls{
-    32};  // a segment ends after this many calls (a fused kernel then runs while the host goes on)
-std::atomic<int64_t> idle_limit_us{100000};
+std::atomic<int> compile_after{2};  // a segment seen this many times is compiled
+// A segment ends after this many calls (its fused kernel then runs while the host goes on) ...
+std::atomic<int> max_calls{32};
+std::atomic<int64_t> idle_limit_us{100000};  // ... or when the host sends nothing for this long
 // Shorter segments are not compiled: a fused kernel for one or two calls saves less than holding
 // them back and calling into Python costs.
 constexpr size_t kMinCalls = 3;
-constexpr size_t kMaxObservations = 1 << 16;  // ... or when the host sends nothing for this long
+constexpr size_t kMaxObservations = 1 << 16;  // segments only observed, kept at most
 
 uint64_t mix(uint64_t h, int64_t word) { return (h ^ static_cast<uint64_t>(word)) * 1099511628211ull; }
 constexpr uint64_t kSeed = 1469598103934665603ull;
@@ -46,7 +46,7 @@ struct SeenStorage {
   const void* data = nullptr;                         // where its memory is (inputs)
 };
 
-// One compiled segment, installed by Python (torch_neuronx/adaptive/compiler.py).
+// One compiled segment, installed by Python (torch_neuronx/adaptive/segments.py).
 struct Fused {
   std::vector<int64_t> key;                        // the segment's words, checked on a hash match
   std::vector<bool> live;                          // which results it writes (those still held)
@@ -125,13 +125,13 @@ CoreSegment& core_segment(c10::DeviceIndex device) { return cores.at(static_cast
 bool is_device_tensor(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
 
 // The words of a tensor reference and its entry in the description.
-int add_ref(Segment& s, const at::Tensor& t, bool record_values) {
+int add_ref(Segment& s, const at::Tensor& t) {
   auto& d = s.desc;
   const int ref = static_cast<int>(d.ref_at.size());
   d.ref_at.push_back(static_cast<int64_t>(d.refs.size()));
   if (!is_device_tensor(t)) {  // a CPU scalar (0-dim): its value is a scalar of the segment
     d.refs.push_back(-1 - static_cast<int64_t>(s.values.size()));
-    if (record_values) s.values.push_back(t.item());
+    s.values.push_back(t.item());
     d.refs.push_back(static_cast<int64_t>(t.scalar_type()));
     d.refs.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
     return ref;
@@ -242,19 +242,19 @@ void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
     roles.push_back(static_cast<int64_t>(r[i]));
     switch (r[i]) {
       case Role::Tensor:
-        args.emplace_back(v.isTensor() && v.toTensor().defined() ? c10::IValue(add_ref(s, v.toTensor(), true))
+        args.emplace_back(v.isTensor() && v.toTensor().defined() ? c10::IValue(add_ref(s, v.toTensor()))
                                                                  : c10::IValue());
         break;
       case Role::TensorList: {
         std::vector<int64_t> refs;
-        for (const at::Tensor& t : v.toTensorList()) refs.push_back(add_ref(s, t, true));
+        for (const at::Tensor& t : v.toTensorList()) refs.push_back(add_ref(s, t));
         args.emplace_back(refs);
         break;
       }
       case Role::OptTensorList: {
         c10::List<std::optional<int64_t>> refs;
         for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-          refs.push_back(t.has_value() && t->defined() ? std::optional<int64_t>(add_ref(s, *t, true)) : std::nullopt);
+          refs.push_back(t.has_value() && t->defined() ? std::optional<int64_t>(add_ref(s, *t)) : std::nullopt);
         args.emplace_back(refs);
         break;
       }
@@ -425,15 +425,17 @@ bool launch_held(c10::DeviceIndex device, Segment& s, Actions& actions) {
   return true;
 }
 
+py::object dtype_object(c10::ScalarType dtype) {
+  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+}
+
 // A non-tensor argument as Python sees it: dtypes, layouts and memory formats travel as ints.
 py::object argument_object(const c10::IValue& v, const c10::Argument& arg) {
   if (!v.isInt()) return torch::jit::toPyObject(v);
   auto type = arg.real_type();
   if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
   switch (type->kind()) {
-    case c10::TypeKind::ScalarTypeType:
-      return py::reinterpret_borrow<py::object>(
-          reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(v.toInt()))));
+    case c10::TypeKind::ScalarTypeType: return dtype_object(static_cast<c10::ScalarType>(v.toInt()));
     case c10::TypeKind::LayoutType:
       return py::reinterpret_borrow<py::object>(
           reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(v.toInt()))));
@@ -547,11 +549,15 @@ bool any_prefix(uint64_t h) {
 
 bool enabled() { return on.load(std::memory_order_relaxed); }
 
+namespace {
+void end_all_segments() {
+  for (size_t i = 0; i < cores.size(); ++i)
+    if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i))) end_segment(static_cast<c10::DeviceIndex>(i));
+}
+}  // namespace
+
 void set_enabled(bool enable) {
-  if (!enable)
-    for (size_t i = 0; i < cores.size(); ++i)
-      if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i)))
-        end_segment(static_cast<c10::DeviceIndex>(i));
+  if (!enable) end_all_segments();
   on = enable;
 }
 
@@ -647,8 +653,7 @@ void fail(uint64_t id) {
 
 // Forgets every segment, compiled or observed, and the counters (tests; a new compiler).
 void reset() {
-  for (size_t i = 0; i < cores.size(); ++i)
-    if (neuron_rt::Runtime::get().core_initialized(static_cast<int>(i))) end_segment(static_cast<c10::DeviceIndex>(i));
+  end_all_segments();
   std::unordered_map<uint64_t, std::shared_ptr<const Fused>> dropped;  // released without the lock
   {
     std::lock_guard<std::mutex> lock(tables_mu);
@@ -676,10 +681,7 @@ void bind(py::module_& m) {
     compiler.swap(holder);
   });
   m.def("_adaptive_install", &install);
-  m.def("_adaptive_dtype", [](int64_t scalar_type) {
-    return py::reinterpret_borrow<py::object>(
-        reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(scalar_type))));
-  });
+  m.def("_adaptive_dtype", [](int64_t scalar_type) { return dtype_object(static_cast<c10::ScalarType>(scalar_type)); });
   m.def("_adaptive_failed", &fail);
   m.def("_adaptive_reset", &reset, py::call_guard<py::gil_scoped_release>());
   m.def("_adaptive_counters", [] {

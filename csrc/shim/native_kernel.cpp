@@ -54,6 +54,9 @@ struct Placement {
   c10::DeviceIndex device = -1;
   bool float64 = false;
   bool complex = false;
+  // An integer tensor (indices, counts, losses' targets): kernels that raise on bad values, which
+  // an adaptive-eager segment's compiled kernel would not report as the operator does.
+  bool integral = false;
 };
 
 // How each argument takes part in the signature and in the host call.
@@ -205,7 +208,7 @@ class NativeKernel final : public c10::OperatorKernel {
     }
     std::vector<c10::IValue> args(std::make_move_iterator(first), std::make_move_iterator(stack->end()));
     stack->erase(first, stack->end());
-    if (plan) return launch_planned(op, *plan, std::move(args), device, stack);
+    if (plan) return launch_planned(op, *plan, std::move(args), device, stack, place.integral);
     build(op, std::move(args), device, stack, cacheable ? &key : nullptr);
   }
 
@@ -271,6 +274,7 @@ class NativeKernel final : public c10::OperatorKernel {
         const auto dtype = t.scalar_type();
         if (dtype == c10::ScalarType::Double) place.float64 = true;
         if (c10::isComplexType(dtype)) place.complex = true;
+        if (c10::isIntegralType(dtype, /*includeBool=*/false)) place.integral = true;
         check_supported_dtype(dtype, name_);
         if (bool_index_sync_ && (dtype == c10::ScalarType::Bool || dtype == c10::ScalarType::Byte)) cacheable = false;
       } else {
@@ -420,7 +424,7 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   void launch_planned(const c10::OperatorHandle& op, const Plan& plan, std::vector<c10::IValue> args,
-                      c10::DeviceIndex device, torch::jit::Stack* stack) {
+                      c10::DeviceIndex device, torch::jit::Stack* stack, bool integral_tensors) {
     for (const auto& w : plan.resize_warnings) c10::warn(w);
     for (const auto& [i, layout] : plan.out_resizes) {
       args[i].toTensor().resize_(layout.sizes);
@@ -440,7 +444,7 @@ class NativeKernel final : public c10::OperatorKernel {
     }
     track_kernel(op, /*on_cpu=*/false);
     const bool segment = adaptive::enabled() && fusable_ && plan.out_resizes.empty() &&
-                         host_work() == neuron_rt::HostWork::kFollow && only_float_or_bool(args) &&
+                         host_work() == neuron_rt::HostWork::kFollow && !integral_tensors &&
                          !neuron_rt::Runtime::get().topology().launch_blocking;
     std::vector<c10::IValue> originals = segment ? args : std::vector<c10::IValue>();
     // The kernel works on the tensors as they are now, whatever the caller does to their
@@ -482,22 +486,6 @@ class NativeKernel final : public c10::OperatorKernel {
       launch(device, std::move(kernel), std::move(how));
     }
     for (auto& out : outputs) stack->push_back(std::move(out));
-  }
-
-  // Integer tensors index or count (gather, embedding, losses' targets): their kernels raise on
-  // bad values, which a segment's compiled kernel would not report as the operator did.
-  static bool only_float_or_bool(const std::vector<c10::IValue>& args) {
-    auto ok = [](const at::Tensor& t) {
-      return !t.defined() || t.device().type() != kNeuron || at::isFloatingType(t.scalar_type()) ||
-             t.scalar_type() == at::kBool;
-    };
-    for (const auto& a : args) {
-      if (a.isTensor() && !ok(a.toTensor())) return false;
-      if (a.isTensorList())
-        for (const at::Tensor& t : a.toTensorList())
-          if (!ok(t)) return false;
-    }
-    return true;
   }
 
   static c10::IValue alias_ivalue(const c10::IValue& v, HostAliases& alias) {

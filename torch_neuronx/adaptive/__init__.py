@@ -5,8 +5,8 @@ into single kernels (docs/adaptive-eager.md).
 on, ``"eager"`` off; ``with torch_neuronx.eager_mode("adaptive"):`` does it for a block. The device
 (``csrc/shim/adaptive.cpp``) groups the planned calls a core receives back to back into segments
 and counts them; a segment seen often enough is described to :mod:`.segments`, which compiles it
-in a background thread with the compile pipeline's compiler, and the device launches it as one
-kernel when the same segment comes again.
+in the background (in a compile process) with the compile pipeline's compiler, and the device
+launches it as one kernel when the same segment comes again.
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ storages are inputs from before the segment, each fresh result's layout and whet
 still holds it, and the scalar values of two sightings. This module turns that into one host
 graph — inputs, the results still held (written in place), and the scalars that changed between
 sightings as 0-dim tensors — traced and functionalized with ``make_fx`` and compiled by Inductor's
-C++ backend, the compile pipeline's compiler, in a background thread. Intermediates the program
+C++ backend, the compile pipeline's compiler, in a compile process (compile_worker.py) that a
+background thread feeds. Intermediates the program
 no longer holds are never written: they live only inside the generated code.
 """
 from __future__ import annotations
@@ -78,6 +79,11 @@ def _decode_layouts(words: list[int]) -> list[tuple[torch.dtype, tuple[int, ...]
                         tuple(words[at + 2 + dim:at + 2 + 2 * dim])))
         at += 2 + 2 * dim
     return layouts
+
+
+def _varying(d: dict[str, Any]) -> set[int]:
+    """The scalar values that changed between the two sightings of a segment."""
+    return {i for i, (a, b) in enumerate(zip(d["values"], d["first_values"])) if a != b or type(a) is not type(b)}
 
 
 def _op(name: str, overload: str) -> torch._ops.OpOverload:
@@ -163,8 +169,7 @@ class _Graph:
         self.layouts = _decode_layouts(d["layouts"])
         self.live = d["live"]
         self.values = d["values"]
-        varying = {i for i, (a, b) in enumerate(zip(self.values, d["first_values"]))
-                   if a != b or type(a) is not type(b)}
+        varying = _varying(d)
         # Inputs: one per (storage, layout) that comes from before the segment. A storage some
         # call writes and that is read in several layouts (a weight, and its transpose read by a
         # matmul) is one input, its layout at offset 0 spanning the others, viewed by
@@ -359,7 +364,7 @@ _pending_changed = threading.Condition()
 _worker: threading.Thread | None = None
 _stopping = threading.Event()
 _compile_seconds = 0.0
-_counts: collections.Counter[str] = collections.Counter()
+_compile_cache_hits = 0
 _failures: collections.deque[str] = collections.deque(maxlen=_FAILURES_KEPT)
 
 
@@ -419,7 +424,7 @@ def _digest(d: dict[str, Any]) -> str:
     description with the scalars that changed between sightings left out, the torch and backend
     versions), none of what only this process knows (signature identities)."""
     from ..compile import cache
-    varying = {i for i, (a, b) in enumerate(zip(d["values"], d["first_values"])) if a != b or type(a) is not type(b)}
+    varying = _varying(d)
     stable = {k: v for k, v in d.items() if k not in ("values", "first_values")}
     stable["values"] = [None if i in varying else (type(v).__name__, v) for i, v in enumerate(d["values"])]
     return hashlib.sha256(repr((sorted(stable.items()), torch.__version__, cache.backend_version(),
@@ -427,37 +432,42 @@ def _digest(d: dict[str, Any]) -> str:
 
 
 def _compiled(d: dict[str, Any]) -> tuple[str, dict[str, Any] | str]:
-    """("ok", the module source and how to call it) or ("error", why), from the executable cache
+    """("ok", the loaded kernel and how to call it) or ("error", why), from the executable cache
     (same rules as compiled graphs, docs/compile.md) or the compile process."""
+    global _compile_cache_hits
     from ..compile import cache, settings
     root = settings.cache_dir()
     if root is None:
-        return _process.compile(d)
+        return _loaded(*_process.compile(d))
     digest = _digest(d)
     with cache.lock(root, digest):
-        entry = cache.load_source(root, digest)
+        entry = cache.load_with_source(root, digest)
         if entry is not None:
-            meta = json.loads(entry[0].rsplit("\n", 1)[-1].removeprefix(_META))
-            _counts["compile_cache_hits"] += 1
-            return "ok", {**meta, "source": entry[0]}
+            _compile_cache_hits += 1
+            return "ok", {**json.loads(entry[0].rsplit("\n", 1)[-1].removeprefix(_META)), "kernel": entry[1]}
         status, answer = _process.compile(d)
         if status == "ok":
             meta = {k: v for k, v in answer.items() if k != "source"}
             answer["source"] = f"{answer['source'].rstrip()}\n{_META}{json.dumps(meta)}"
             cache.store(root, digest, answer["source"], 0)
+        return _loaded(status, answer)
+
+
+def _loaded(status: str, answer: Any) -> tuple[str, dict[str, Any] | str]:
+    """A compile process's answer with its generated module loaded ("kernel")."""
+    if status != "ok":
         return status, answer
+    from ..compile.generated_module import load_module
+    try:
+        return "ok", {**answer, "kernel": load_module(answer["source"])}
+    except Exception as error:
+        return "error", f"loading the generated module: {type(error).__name__}: {error}"
 
 
 def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
     global _compile_seconds
     start = time.perf_counter()
     status, answer = _compiled(d)
-    if status == "ok":
-        try:
-            from ..compile.generated_module import load_module
-            kernel = load_module(answer["source"])
-        except Exception as error:
-            status, answer = "error", f"loading the generated module: {type(error).__name__}: {error}"
     _compile_seconds += time.perf_counter() - start
     if status != "ok":
         _C._adaptive_failed(segment_id)
@@ -465,8 +475,8 @@ def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
         return
     name = f"neuron::adaptive_segment_{next(_ids)}"
     try:
-        _C._adaptive_install(segment_id, kernel, answer["input_refs"], answer["outputs"], answer["runtime_values"],
-                             name, answer["summary"])
+        _C._adaptive_install(segment_id, answer["kernel"], answer["input_refs"], answer["outputs"],
+                             answer["runtime_values"], name, answer["summary"])
     except RuntimeError:  # the segments were reset (reset_adaptive) while it compiled
         pass
 
@@ -532,13 +542,13 @@ def wait_for_compiles(timeout: float | None = None) -> bool:
 
 
 def metrics() -> dict[str, Any]:
-    return {"compile_time_s": _compile_seconds, "compile_cache_hits": _counts["compile_cache_hits"],
+    return {"compile_time_s": _compile_seconds, "compile_cache_hits": _compile_cache_hits,
             "compiles_pending": _pending,
             "recent_compile_failures": list(_failures)}
 
 
 def reset_metrics() -> None:
-    global _compile_seconds
+    global _compile_seconds, _compile_cache_hits
     _compile_seconds = 0.0
-    _counts.clear()
+    _compile_cache_hits = 0
     _failures.clear()

@@ -185,13 +185,13 @@ def _checksum(source: str) -> str:
 def load(root: Path, digest: str) -> tuple[Callable[[list[Any]], Any], int] | None:
     """The cached executable's entry function and seed count, or None (a miss, or a corrupt
     entry: warned)."""
-    entry = load_source(root, digest)
-    return None if entry is None else (load_module(entry[0]), entry[1])
+    entry = load_with_source(root, digest)
+    return None if entry is None else entry[1:]
 
 
-def load_source(root: Path, digest: str) -> tuple[str, int] | None:
-    """The cached generated module's source (checked against its checksum, and loadable) and
-    seed count, or None (a miss, or a corrupt entry: deleted with a warning)."""
+def load_with_source(root: Path, digest: str) -> tuple[str, Callable[[list[Any]], Any], int] | None:
+    """The cached generated module's source (checked against its checksum), its loaded entry
+    function and seed count, or None (a miss, or a corrupt entry: deleted with a warning)."""
     path = _entry(root, digest)
     if not path.exists():
         return None
@@ -201,8 +201,7 @@ def load_source(root: Path, digest: str) -> tuple[str, int] | None:
         checksum, seeds = header.removeprefix("# sha256 ").split(" seeds ")
         if checksum != _checksum(source):
             raise ValueError("checksum mismatch")
-        load_module(source)
-        return source, int(seeds)
+        return source, load_module(source), int(seeds)
     except Exception as error:  # any damage: the entry is rebuilt, never fatal
         path.unlink(missing_ok=True)
         warnings.warn(f"torch.compile(backend='neuron'): cache entry {path} is corrupt or was modified "
