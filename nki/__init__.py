@@ -7,11 +7,12 @@
     nki.simulate(kernel)(x, out)        # or kernel(x, out) / kernel[grid](x, out)
     nki.simulator.last_report()         # estimated engine times of that run
 """
-from . import collectives, compiler, isa, language, launchers, simulator, typing
+from . import collectives, compiler, isa, language, launchers, lnc, simulator, typing
 from .benchmark import benchmark
 from .errors import NKIError
 from .jit import Kernel, baremetal, jit, simulate, simulate_kernel
+from .profiler import profile
 from .typing import tensor
 
-__all__ = ["jit", "simulate", "simulate_kernel", "baremetal", "benchmark", "tensor", "Kernel", "NKIError",
-           "language", "isa", "collectives", "compiler", "typing", "simulator", "launchers"]
+__all__ = ["jit", "simulate", "simulate_kernel", "baremetal", "benchmark", "profile", "tensor", "Kernel", "NKIError",
+           "language", "isa", "collectives", "lnc", "compiler", "typing", "simulator", "launchers"]

@@ -7,6 +7,7 @@ docs/nki.md); both run the same simulator instructions.
 from __future__ import annotations
 
 import enum
+import warnings
 from typing import Any
 
 from .errors import NKIError as _NKIError
@@ -503,20 +504,34 @@ class dma_engine(enum.Enum):
     gpsimd_dma = 1  # GpSimd's internal DMA engine for SBUF-to-SBUF swaps
 
 
+def _deprecated_for_lnc(name: str) -> None:
+    # The published reference moved these to nki.lnc; kernels keep working, warned at their line.
+    warnings.warn(f"nki.isa.{name} is deprecated: use nki.lnc.{name}", DeprecationWarning, stacklevel=3)
+
+
 def sendrecv(src: Any = None, dst: Any = None, send_to_rank: Any = None, recv_from_rank: Any = None,
              pipe_id: Any = None, dma_engine: Any = dma_engine.dma, name: str | None = None) -> None:
-    """Send the SBUF tile `src` to the `dst` of core `send_to_rank` and receive core `recv_from_rank`'s
-    into this core's `dst` (the 2 cores of a logical core: `kernel[2]`, ranks 0 and 1). The n-th
-    sendrecv of each core pairs up; `pipe_id` and `dma_engine` have no effect on results."""
+    """Deprecated spelling of `nki.lnc.sendrecv` (`pipe_id` is ignored)."""
     _need("sendrecv", src=src, dst=dst, send_to_rank=send_to_rank, recv_from_rank=recv_from_rank)
-    _cross_core.sendrecv(src, dst, send_to_rank, recv_from_rank)
+    _deprecated_for_lnc("sendrecv")
+    _cross_core.sendrecv(src, dst, send_to_rank, recv_from_rank, "nki.isa.sendrecv")
+
+
+def sendrecv_compute(src: Any = None, dst: Any = None, send_to_rank: Any = None, recv_from_rank: Any = None,
+                     reduce_op: Any = None, name: str | None = None) -> None:
+    """Deprecated spelling of `nki.lnc.sendrecv_compute`."""
+    _need("sendrecv_compute", src=src, dst=dst, send_to_rank=send_to_rank, recv_from_rank=recv_from_rank,
+          reduce_op=reduce_op)
+    _deprecated_for_lnc("sendrecv_compute")
+    what = "nki.isa.sendrecv_compute"
+    _cross_core.sendrecv(src, dst, send_to_rank, recv_from_rank, what, _cross_core.reduce_op(reduce_op, what))
 
 
 def core_barrier(data: Any = None, cores: Any = None, engine: Any = engine.gpsimd, name: str | None = None) -> None:
-    """Wait until both cores of `cores` (only (0, 1)) reach this barrier, so that their writes to the
-    shared HBM tensor `data` are done before either reads it."""
+    """Deprecated spelling of `nki.lnc.core_barrier`."""
     _need("core_barrier", data=data, cores=cores)
-    _cross_core.core_barrier(data, cores, _engine(engine, _GPSIMD))
+    _deprecated_for_lnc("core_barrier")
+    _cross_core.core_barrier(data, cores, _engine(engine, _GPSIMD), "nki.isa.core_barrier")
 
 
 # ----------------------------------------------------------------------------- target

@@ -37,7 +37,7 @@ from .simulator import (
     prng as _prng,
 )
 from .simulator.context import current as _current
-from .simulator.engine import nc  # noqa: F401  (nl.nc: a grid dimension of logical cores)
+from .simulator.engine import nc, spmd_dim  # noqa: F401  (launch-grid dimensions over logical cores)
 from .simulator.operands import need_generation as _need_generation
 from .simulator.tile import HBM_BUFFERS as _HBM_BUFFERS, MemoryRegion, NKIObject, Tile as NkiTensor  # noqa: F401
 from .simulator.views import scalar_value as _scalar_value

@@ -39,6 +39,11 @@ class Operand:
         return "hbm" if isinstance(self.target, AccessPattern) else self.target.buffer
 
     @property
+    def shared(self) -> bool:
+        """An ``nl.shared_hbm`` tensor (one tensor for every program of the launch)."""
+        return isinstance(self.target, AccessPattern) and self.target.tensor.buffer == "shared_hbm"
+
+    @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.target.shape)
 
@@ -99,13 +104,10 @@ class _Send:
     dst: Operand
     send_to: int
     recv_from: int
+    reduce: Callable[..., np.ndarray] | None  # sendrecv_compute: dst = reduce(src, received)
 
 
-def sendrecv(src: Any, dst: Any, send_to_rank: int, recv_from_rank: int) -> None:
-    """Send `src` to the `dst` of program `send_to_rank` and receive the `src` of program
-    `recv_from_rank` into `dst` (both SBUF tiles of the same dtype and layout)."""
-    what = "nki.isa.sendrecv"
-    ctx = current()
+def _lnc_ranks(what: str, send_to_rank: Any, recv_from_rank: Any) -> None:
     if world_size() < 2:
         raise NKIError("sendrecv-lnc", f"{what} exchanges tiles between the 2 NeuronCores of a logical core: "
                        f"launch the kernel on 2 cores (kernel[2](...))")
@@ -113,17 +115,36 @@ def sendrecv(src: Any, dst: Any, send_to_rank: int, recv_from_rank: int) -> None
         if rank not in (0, 1):
             raise NKIError("sendrecv-rank", f"{what}: {name} must be 0 or 1 (the cores of the logical core), "
                            f"got {rank!r}")
+
+
+def _pair_operands(what: str, src: Any, dst: Any, spaces: tuple[str, ...]) -> list[Operand]:
     ops = [Operand.of(src, what), Operand.of(dst, what)]
-    if any(o.space != "sbuf" for o in ops):
-        raise NKIError("sendrecv-buffer", f"{what}: src and dst must be SBUF tiles, got "
-                       f"{ops[0].space.upper()} and {ops[1].space.upper()} (copy HBM data with nisa.dma_copy first)")
+    if ops[0].space != ops[1].space or ops[0].space not in spaces:
+        allowed = " or ".join(f"both {s.upper()}" for s in spaces)
+        raise NKIError("sendrecv-buffer", f"{what}: src and dst must be {allowed}, got "
+                       f"{ops[0].space.upper()} and {ops[1].space.upper()} (copy the data with nisa.dma_copy first)")
+    if any(o.shared for o in ops):
+        raise NKIError("sendrecv-buffer", f"{what}: src and dst must be private to the core, not nl.shared_hbm "
+                       f"tensors (allocate them with buffer=nl.sbuf or nl.private_hbm)")
     if ops[0].dtype != ops[1].dtype:
         raise NKIError("sendrecv-dtype", f"{what}: src and dst must have the same dtype, got {ops[0].dtype} and "
                        f"{ops[1].dtype}")
     if ops[0].shape[0] != ops[1].shape[0] or math.prod(ops[0].shape) != math.prod(ops[1].shape):
         raise NKIError("sendrecv-shape", f"{what}: src {ops[0].shape} and dst {ops[1].shape} must have the same "
                        f"partitions and elements per partition")
-    record("sendrecv", ops[:1])
+    return ops
+
+
+def sendrecv(src: Any, dst: Any, send_to_rank: int, recv_from_rank: int, what: str,
+             reduce: Callable[..., np.ndarray] | None = None) -> None:
+    """Send `src` to the `dst` of program `send_to_rank` and receive the `src` of program
+    `recv_from_rank` into `dst` (both SBUF tiles of the same dtype and layout). With `reduce`
+    (``sendrecv_compute``), dst = reduce(src, received) computed in fp32, and both operands may
+    also be HBM tensors of the core (not ``nl.shared_hbm``)."""
+    ctx = current()
+    _lnc_ranks(what, send_to_rank, recv_from_rank)
+    ops = _pair_operands(what, src, dst, ("sbuf",) if reduce is None else ("sbuf", "hbm"))
+    record("sendrecv" if reduce is None else "sendrecv_compute", ops[:1])
     members = tuple(sorted({ctx.rank, int(send_to_rank), int(recv_from_rank)}))
 
     def complete(sends: dict[int, _Send]) -> None:
@@ -132,15 +153,18 @@ def sendrecv(src: Any, dst: Any, send_to_rank: int, recv_from_rank: int) -> None
             if sends[s.recv_from].send_to != rank:
                 raise NKIError("sendrecv-mismatch", f"{what}: program {rank} receives from program {s.recv_from}, "
                                f"which sends to program {sends[s.recv_from].send_to}")
-        for s in sends.values():
-            s.dst.write(values[s.recv_from], what)
+        for rank, s in sends.items():  # each core applies its own call's reduction
+            received = values[s.recv_from]
+            if s.reduce is not None:
+                received = s.reduce(values[rank].astype(np.float32), received.astype(np.float32))
+            s.dst.write(received, what)
 
-    meet("sendrecv", members, _Send(ops[0], ops[1], int(send_to_rank), int(recv_from_rank)), complete, what)
+    send = _Send(ops[0], ops[1], int(send_to_rank), int(recv_from_rank), reduce)
+    meet("sendrecv", members, send, complete, what)
 
 
-def core_barrier(data: Any, cores: Sequence[int], engine: str) -> None:
+def core_barrier(data: Any, cores: Sequence[int], engine: str, what: str) -> None:
     """Wait until every program of `cores` reached this barrier (their writes to `data` are done)."""
-    what = "nki.isa.core_barrier"
     ctx = current()
     cores = tuple(int(c) for c in cores)
     if cores != (0, 1):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import Any, Callable
 
@@ -70,6 +71,29 @@ class nc(int):
 
     def __repr__(self) -> str:
         return f"nc({int(self)})"
+
+
+class spmd_dim(int):
+    """`nl.spmd_dim(*sub_dims)`: a launch-grid dimension tiled into sub-dimensions, one of which may
+    be ``nl.nc(n)`` (``kernel[nl.spmd_dim(nl.nc(2), 2), 2]`` is a first dimension of size 4 whose
+    programs 0-1 go to physical core 0 and 2-3 to core 1). Its size is the product of the
+    sub-dimensions and ``nl.program_id`` runs over it row-major; the simulator runs its programs
+    one after another, so the distribution over cores does not change results."""
+
+    sub_dims: tuple[int, ...]
+
+    def __new__(cls, *sub_dims: Any) -> spmd_dim:
+        if not sub_dims or any(not isinstance(d, (int, np.integer)) or int(d) < 1 for d in sub_dims):
+            raise NKIError("grid", f"nl.spmd_dim takes sub-dimension sizes >= 1 (ints or nl.nc(n)), got "
+                           f"{sub_dims}", "<launch>")
+        if sum(isinstance(d, nc) for d in sub_dims) > 1:
+            raise NKIError("grid", f"nl.spmd_dim takes at most one nl.nc sub-dimension, got {sub_dims}", "<launch>")
+        dim = super().__new__(cls, math.prod(int(d) for d in sub_dims))
+        dim.sub_dims = tuple(sub_dims)
+        return dim
+
+    def __repr__(self) -> str:
+        return f"spmd_dim({', '.join(map(repr, self.sub_dims))})"
 
 
 def normalize_grid(grid: Any) -> tuple[int, ...]:

@@ -12,10 +12,11 @@ import nki
 import nki.collectives
 import nki.isa
 import nki.language
+import nki.lnc
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "nki.md"
 STATUSES = {"supported", "partial", "no effect"}
-MODULES = {"nl": nki.language, "nisa": nki.isa, "ncc": nki.collectives}
+MODULES = {"nl": nki.language, "nisa": nki.isa, "ncc": nki.collectives, "lnc": nki.lnc}
 
 # The names of the published current reference (Neuron SDK 2.30+) that kernels use: the nki.isa
 # and nki.language API pages. Each must exist here.
@@ -26,7 +27,7 @@ PUBLISHED = {
         dma_transpose tensor_partition_reduce tensor_scalar_cumulative activation_reduce activate2 affine_select
         local_gather nc_n_gather bn_stats bn_aggr tensor_tensor_scan nc_stream_shuffle rng dropout set_rng_seed
         rand_set_state rand_get_state rand2 exponential reciprocal max8 sequence_bounds scalar_tensor_tensor
-        tensor_scalar_reduce core_barrier dma_compute quantize_mx range_select select_reduce sendrecv
+        tensor_scalar_reduce core_barrier dma_compute quantize_mx range_select select_reduce sendrecv sendrecv_compute
         register_alloc register_move register_load register_store nc_find_index8 nc_match_replace8
         nonzero_with_count topk""",
     "nl": """ndarray zeros ones full zeros_like empty_like shared_constant shared_identity_matrix rand random_seed
@@ -37,12 +38,13 @@ PUBLISHED = {
         greater greater_equal less less_equal logical_and logical_or logical_xor logical_not bitwise_and
         bitwise_or bitwise_xor invert left_shift right_shift prelu bypass where ds arange mgrid expand_dims
         broadcast_to gather_flattened affine_range sequential_range static_range dynamic_range fori_loop
-        while_loop no_reorder psum sbuf hbm private_hbm shared_hbm program_id num_programs program_ndim
+        while_loop no_reorder psum sbuf hbm private_hbm shared_hbm program_id num_programs program_ndim nc spmd_dim
         device_print is_hbm is_on_chip is_psum is_sbuf bool_ int8 int16 int32 uint8 uint16 uint32 float16 float32
         bfloat16 float8_e4m3 float8_e5m2 float8_e4m3fn float8_e5m2_x4 float8_e4m3fn_x4 float4_e2m1fn_x4
         tile_size DType MemoryRegion NKIObject NkiTensor""",
     "ncc": """ReplicaGroup all_reduce all_gather all_gather_v reduce_scatter all_to_all all_to_all_v
         collective_permute rank_id""",
+    "lnc": "core_barrier sendrecv sendrecv_compute",
 }
 
 
@@ -63,7 +65,7 @@ def documented() -> dict[str, dict[str, list[str]]]:
         if len(cells) < 3:
             continue
         for span in re.findall(r"`([^`]*)`", cells[0]):
-            if m := re.fullmatch(r"(nl|nisa|ncc)\.([A-Za-z_][A-Za-z0-9_]*)", span):
+            if m := re.fullmatch(r"(nl|nisa|ncc|lnc)\.([A-Za-z_][A-Za-z0-9_]*)", span):
                 rows[m.group(1)][m.group(2)] = cells[1:]
     return rows
 

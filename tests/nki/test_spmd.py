@@ -1,5 +1,5 @@
 """SPMD launches: programs are simulated cores that run in order and meet at cross-core
-instructions (nisa.sendrecv, nisa.core_barrier); failures and deadlocks surface, nothing hangs."""
+instructions (nki.lnc.sendrecv, nki.lnc.core_barrier); failures and deadlocks surface, nothing hangs."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -37,7 +37,7 @@ def swap(x, out):
     mine = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=mine, src=x[r])
     got = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
-    nisa.sendrecv(src=mine, dst=got, send_to_rank=1 - r, recv_from_rank=1 - r, pipe_id=0)
+    nki.lnc.sendrecv(src=mine, dst=got, send_to_rank=1 - r, recv_from_rank=1 - r)
     nisa.dma_copy(dst=out[r], src=got)
     return out
 
@@ -59,7 +59,7 @@ def test_sendrecv_repeated_calls_pair_up_in_program_order():
         nisa.dma_copy(dst=t, src=x[r])
         for _ in range(rounds):
             got = nl.ndarray((4, 4), nl.float32, buffer=nl.sbuf)
-            nisa.sendrecv(src=t, dst=got, send_to_rank=1 - r, recv_from_rank=1 - r, pipe_id=0)
+            nki.lnc.sendrecv(src=t, dst=got, send_to_rank=1 - r, recv_from_rank=1 - r)
             nisa.tensor_scalar(dst=t, data=got, op0=nl.add, operand0=1.0)
         nisa.dma_copy(dst=out[r], src=t)
         return out
@@ -76,7 +76,7 @@ def test_core_barrier_orders_writes_to_shared_hbm():
         mid = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
         out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=mid[r], src=x[r])
-        nisa.core_barrier(mid, (0, 1))
+        nki.lnc.core_barrier(mid, (0, 1))
         other = nl.ndarray(x.shape[1:], x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=other, src=mid[1 - r])  # written by the other core before the barrier
         nisa.dma_copy(dst=out[r], src=other)
@@ -109,7 +109,7 @@ def test_failing_program_surfaces_its_error_and_waiting_peer_is_released():
         t = nl.ndarray((4, 4), nl.float32, buffer=nl.sbuf)
         if r == 1:
             nl.load(x[0:9])  # <- rule
-        nisa.sendrecv(src=t, dst=t, send_to_rank=1 - r, recv_from_rank=1 - r, pipe_id=0)
+        nki.lnc.sendrecv(src=t, dst=t, send_to_rank=1 - r, recv_from_rank=1 - r)
         return out
     x = np.zeros((4, 4), np.float32)
     expect_rule(k[2], [x, x.copy()], "out-of-bounds")
@@ -121,7 +121,7 @@ def test_python_error_of_a_program_is_raised():
         r = nl.program_id(0)
         if r == 0:
             raise ValueError("program 0 gave up")
-        nisa.core_barrier(x, (0, 1))
+        nki.lnc.core_barrier(x, (0, 1))
         return x
     with pytest.raises(ValueError, match="program 0 gave up"):
         k[2](np.zeros((2, 2), np.float32))
@@ -131,7 +131,7 @@ def test_waiting_for_a_finished_peer_is_a_deadlock_error():
     @nki.jit
     def k(x):
         if nl.program_id(0) == 1:
-            nisa.core_barrier(x, (0, 1))  # <- rule
+            nki.lnc.core_barrier(x, (0, 1))  # <- rule
         return x
     err = expect_rule(k[2], [np.zeros((2, 2), np.float32)], "cross-core-deadlock")
     assert "program 0 finished without joining" in str(err)
@@ -142,12 +142,12 @@ def test_mismatched_peers_name_what_each_waits_in():
     def k(x):
         t = nl.ndarray((2, 2), nl.float32, buffer=nl.sbuf)
         if nl.program_id(0) == 0:
-            nisa.core_barrier(x, (0, 1))  # <- rule
+            nki.lnc.core_barrier(x, (0, 1))  # <- rule
         else:
-            nisa.sendrecv(src=t, dst=t, send_to_rank=0, recv_from_rank=0, pipe_id=0)
+            nki.lnc.sendrecv(src=t, dst=t, send_to_rank=0, recv_from_rank=0)
         return x
     err = expect_rule(k[2], [np.zeros((2, 2), np.float32)], "cross-core-deadlock")
-    assert "program 1 waits in nki.isa.sendrecv" in str(err)
+    assert "program 1 waits in nki.lnc.sendrecv" in str(err)
 
 
 @nki.jit
@@ -155,17 +155,17 @@ def bad_sendrecv(x, case):
     r = nl.program_id(0)
     t = nl.ndarray((4, 4), nl.float32, buffer=nl.sbuf)
     if case == "hbm":
-        nisa.sendrecv(src=x, dst=t, send_to_rank=1 - r, recv_from_rank=1 - r, pipe_id=0)  # <- hbm
+        nki.lnc.sendrecv(src=x, dst=t, send_to_rank=1 - r, recv_from_rank=1 - r)  # <- hbm
     elif case == "dtype":
-        nisa.sendrecv(src=t, dst=nl.ndarray((4, 4), nl.bfloat16, buffer=nl.sbuf), send_to_rank=1 - r,  # <- dtype
-                      recv_from_rank=1 - r, pipe_id=0)
+        nki.lnc.sendrecv(src=t, dst=nl.ndarray((4, 4), nl.bfloat16, buffer=nl.sbuf), send_to_rank=1 - r,  # <- dtype
+                         recv_from_rank=1 - r)
     elif case == "shape":
-        nisa.sendrecv(src=t, dst=nl.ndarray((2, 8), nl.float32, buffer=nl.sbuf), send_to_rank=1 - r,  # <- shape
-                      recv_from_rank=1 - r, pipe_id=0)
+        nki.lnc.sendrecv(src=t, dst=nl.ndarray((2, 8), nl.float32, buffer=nl.sbuf), send_to_rank=1 - r,  # <- shape
+                         recv_from_rank=1 - r)
     elif case == "rank":
-        nisa.sendrecv(src=t, dst=t, send_to_rank=2, recv_from_rank=1 - r, pipe_id=0)  # <- rank
+        nki.lnc.sendrecv(src=t, dst=t, send_to_rank=2, recv_from_rank=1 - r)  # <- rank
     elif case == "mismatch":
-        nisa.sendrecv(src=t, dst=t, send_to_rank=r, recv_from_rank=1 - r, pipe_id=0)  # <- mismatch
+        nki.lnc.sendrecv(src=t, dst=t, send_to_rank=r, recv_from_rank=1 - r)  # <- mismatch
     return x
 
 
@@ -174,20 +174,20 @@ def bad_sendrecv(x, case):
                                         ("mismatch", "sendrecv-mismatch")])
 def test_sendrecv_rules(case, rule):
     err = expect_marked_rule(bad_sendrecv[2], [np.zeros((4, 4), np.float32), case], rule, f"# <- {case}")
-    assert "nki.isa.sendrecv" in str(err)
+    assert "nki.lnc.sendrecv" in str(err)
 
 
 def test_sendrecv_needs_two_cores():
     x = np.zeros((2, 4, 4), np.float32)
-    expect_marked_rule(swap, [x, x.copy()], "sendrecv-lnc", "nisa.sendrecv(")
+    expect_marked_rule(swap, [x, x.copy()], "sendrecv-lnc", "nki.lnc.sendrecv(")
 
 
 @nki.jit
 def bad_barrier(x, case):
     if case == "cores":
-        nisa.core_barrier(x, (0, 2))  # <- cores
+        nki.lnc.core_barrier(x, (0, 2))  # <- cores
     else:
-        nisa.core_barrier(nl.ndarray((2, 2), nl.float32, buffer=nl.sbuf), (0, 1))  # <- sbuf
+        nki.lnc.core_barrier(nl.ndarray((2, 2), nl.float32, buffer=nl.sbuf), (0, 1))  # <- sbuf
     return x
 
 
@@ -199,7 +199,7 @@ def test_core_barrier_rules(case, rule):
 def test_core_barrier_needs_two_cores():
     @nki.jit
     def k(x):
-        nisa.core_barrier(x, (0, 1))  # <- rule
+        nki.lnc.core_barrier(x, (0, 1))  # <- rule
         return x
     expect_rule(k, [np.zeros((2, 2), np.float32)], "core-barrier-cores")
 
@@ -207,7 +207,7 @@ def test_core_barrier_needs_two_cores():
 def test_error_location_is_the_failing_programs_line():
     @nki.jit
     def k(x):
-        nisa.core_barrier(x, (0, 1))
+        nki.lnc.core_barrier(x, (0, 1))
         if nl.program_id(0) == 1:
             nl.load(x[5])  # <- program 1
         return x
