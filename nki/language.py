@@ -189,7 +189,7 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None) -
 # ----------------------------------------------------------------------------- reductions
 def _reduction(name: str, opname: str) -> Callable[..., NkiTensor]:
     def op(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, mask: Any = None) -> NkiTensor:
-        return _ins.masked(mask, _ins.reduce, opname, x, axis, keepdims, dtype)
+        return _ins.masked(mask, _ins.reduce, opname, x, axis, keepdims, dtype, result_axes=(0,))
     return _operator(op, name, opname, f"{name} along free axes (default: all free axes) of a tile (VectorE).")
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import isa as _isa
+from .. import isa as _isa, lnc as _lnc
 from ..isa import _engine, dge_mode, get_nc_version, nc_version, oob_mode, reduce_cmd  # noqa: F401
 from ..simulator import (
     blocks as _blocks,
@@ -33,12 +33,12 @@ def nc_matmul(stationary: Any, moving: Any, is_stationary_onezero: bool = False,
     """TensorE: stationary[K<=128, M<=128]^T @ moving[K, N<=512] -> new PSUM [M, N] fp32
     (`psum_tile += nc_matmul(...)` accumulates); with `is_transpose` moving is an identity, so the
     product is stationary^T."""
-    return _ins.matmul(stationary, moving)
+    return _ins.zeroed(mask, _ins.matmul, stationary, moving)
 
 
 def nc_transpose(data: Any, engine: Any = None, mask: Any = None, dtype: Any = None) -> Any:
     """TensorE transpose of a [P, F<=128] SBUF tile into a new PSUM tile."""
-    return _ins.transpose(data, dtype)
+    return _ins.zeroed(mask, _ins.transpose, data, dtype)
 
 
 def activation(op: Any, data: Any, bias: Any = None, scale: Any = 1.0, reduce_op: Any = None,
@@ -74,7 +74,7 @@ def tensor_reduce(op: Any, data: Any, axis: Any, keepdims: bool = False, negate:
                   dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE reduction (op = nl.add / nl.maximum / nl.minimum / nl.multiply) along free axes."""
     return _ins.masked(mask, _ins.reduce, op, data, _rules.isa_reduce_axes(axis, len(data.shape)), keepdims, dtype,
-                       negate)
+                       negate, result_axes=(0,))
 
 
 def tensor_copy(src: Any, dtype: Any = None, engine: Any = None, mask: Any = None, **_: Any) -> Any:
@@ -89,12 +89,12 @@ def dma_copy(dst: Any, src: Any, mask: Any = None, **_: Any) -> None:
 
 def iota(expr: Any, dtype: Any, mask: Any = None, **_: Any) -> Any:
     """GpSimd: a new tile holding the values of an index expression."""
-    return _ins.iota(expr, dtype)
+    return _ins.computed_where(mask, _ins.iota(expr, dtype))
 
 
 def memset(shape: Any, value: Any, dtype: Any, mask: Any = None, engine: Any = None, **_: Any) -> Any:
     """A new SBUF tile filled with `value` (GpSimd unless another engine is given)."""
-    return _ins.memset(shape, value, dtype, engine=_engine(engine, GPSIMD))
+    return _ins.computed_where(mask, _ins.memset(shape, value, dtype, engine=_engine(engine, GPSIMD)))
 
 
 # ----------------------------------------------------------------------------- selection, scans, statistics, random
@@ -107,13 +107,13 @@ class fp32:
 def tensor_copy_predicated(src: Any, dst: Any, predicate: Any, reverse_pred: bool = False, mask: Any = None,
                            dtype: Any = None, **_: Any) -> Any:
     """VectorE: copy src into dst where predicate is nonzero (zero with reverse_pred)."""
-    return _selection.tensor_copy_predicated(src, predicate, dst, reverse_pred)
+    return _ins.masked_into(mask, dst, _selection.tensor_copy_predicated, src, predicate, dst, reverse_pred)
 
 
 def affine_select(pred: Any, on_true_tile: Any, on_false_value: float, mask: Any = None, dtype: Any = None,
                   **_: Any) -> Any:
     """GpSimd: a new tile of on_true_tile where the index expression pred is true, else on_false_value."""
-    return _selection.affine_select_expression(pred, on_true_tile, on_false_value, dtype)
+    return _ins.zeroed(mask, _selection.affine_select_expression, pred, on_true_tile, on_false_value, dtype)
 
 
 def range_select(on_true_tile: Any, comp_op0: Any, comp_op1: Any, bound0: Any, bound1: Any,
@@ -121,71 +121,74 @@ def range_select(on_true_tile: Any, comp_op0: Any, comp_op1: Any, bound0: Any, b
                  range_start: int = 0, on_false_value: float = FP32_MIN, mask: Any = None, dtype: Any = None,
                  **_: Any) -> Any:
     """VectorE: a new tile keeping on_true_tile where both bound comparisons of the free index hold."""
-    return _selection.range_select(on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res,
-                                   reduce_op, range_start, on_false_value, dtype=dtype)
+    return _ins.zeroed(mask, _selection.range_select, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd,
+                       reduce_res, reduce_op, range_start, on_false_value, dtype=dtype)
 
 
 def select_reduce(dst: Any, predicate: Any, on_true: Any, on_false: Any, reduce_res: Any = None,
                   reduce_cmd: reduce_cmd = reduce_cmd.idle, reduce_op: Any = "maximum", reverse_pred: bool = False,
                   mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """VectorE: dst = on_true where predicate, else on_false, with an optional max into reduce_res."""
-    return _selection.select_reduce(predicate, on_true, on_false, dst, reduce_res, reduce_cmd, reduce_op,
-                                    reverse_pred)
+    return _ins.masked_into(mask, dst, _selection.select_reduce, predicate, on_true, on_false, dst, reduce_res,
+                            reduce_cmd, reduce_op, reverse_pred)
 
 
 def tensor_tensor_scan(data0: Any, data1: Any, initial: Any, op0: Any, op1: Any, reverse0: bool = False,
                        reverse1: bool = False, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE scan per partition into a new tile: r[i] = op1(op0(data0[i], r[i-1]), data1[i])."""
-    return _scans.tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1, dtype=dtype)
+    return _ins.masked(mask, _scans.tensor_tensor_scan, data0, data1, initial, op0, op1, reverse0, reverse1,
+                       dtype=dtype)
 
 
 def tensor_partition_reduce(op: Any, data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """GpSimd: a new [1, ...] tile reducing data across partitions."""
-    return _statistics.tensor_partition_reduce(op, data, dtype=dtype)
+    return _ins.masked(mask, _statistics.tensor_partition_reduce, op, data, dtype=dtype, result_axes=(1,))
 
 
 def bn_stats(data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """VectorE: a new tile of (count, mean, variance * count) of the even then odd elements
     (of the elements `mask` keeps)."""
-    return _ins.masked(mask, _statistics.bn_stats, data, dtype=dtype)
+    return _ins.masked(mask, _statistics.bn_stats, data, dtype=dtype, result_axes=(0,))
 
 
 def bn_aggr(data: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """VectorE: a new tile of the mean and variance per partition from bn_stats results."""
-    return _statistics.bn_aggr(data, dtype=dtype)
+    return _ins.masked(mask, _statistics.bn_aggr, data, dtype=dtype, result_axes=(0,))
 
 
 def reciprocal(data: Any, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE: a new tile of 1 / data."""
-    return _lane.reciprocal(data, dtype=dtype)
+    return _ins.masked(mask, _lane.reciprocal, data, dtype=dtype)
 
 
 def scalar_tensor_tensor(data: Any, op0: Any, operand0: Any, op1: Any, operand1: Any, reverse0: bool = False,
                          reverse1: bool = False, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE: a new tile of (data op0 operand0) op1 operand1."""
-    return _lane.scalar_tensor_tensor(data, op0, operand0, op1, operand1, reverse0, reverse1, dtype=dtype)
+    return _ins.masked(mask, _lane.scalar_tensor_tensor, data, op0, operand0, op1, operand1, reverse0, reverse1,
+                       dtype=dtype)
 
 
 def tensor_scalar_reduce(data: Any, op0: Any, operand0: Any, reduce_op: Any, reduce_res: Any, reverse0: bool = False,
                          dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE: a new tile of data op0 operand0; reduce_res receives its reduce_op per partition."""
-    return _lane.tensor_scalar_reduce(data, op0, operand0, reduce_op, reduce_res, reverse0, dtype=dtype)
+    return _ins.masked(mask, _lane.tensor_scalar_reduce, data, op0, operand0, reduce_op, reduce_res, reverse0,
+                       dtype=dtype)
 
 
 def max8(src: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """VectorE: a new [P, 8] tile of the 8 largest values per partition, descending."""
-    return _ranking.max8(src, dtype=dtype)
+    return _ins.masked(mask, _ranking.max8, src, dtype=dtype, result_axes=(0,))
 
 
 def nc_find_index8(data: Any, vals: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """VectorE: a new [P, 8] uint32 (or uint16) tile of the first positions of the 8 vals."""
-    return _ranking.nc_find_index8(data, vals, dtype=dtype)
+    return _ins.masked(mask, _ranking.nc_find_index8, data, vals, dtype=dtype, result_axes=(0,))
 
 
 def nc_match_replace8(data: Any, vals: Any, imm: float, dst_idx: Any = None, mask: Any = None, dtype: Any = None,
                       **_: Any) -> Any:
     """VectorE: a new tile of data with the first occurrence of each of the 8 vals replaced by imm."""
-    return _ranking.nc_match_replace8(data, vals, imm, dst_idx, dtype=dtype)
+    return _ins.masked(mask, _ranking.nc_match_replace8, data, vals, imm, dst_idx, dtype=dtype)
 
 
 def sequence_bounds(segment_ids: Any, dtype: Any = None, **_: Any) -> Any:
@@ -195,12 +198,12 @@ def sequence_bounds(segment_ids: Any, dtype: Any = None, **_: Any) -> Any:
 
 def nc_stream_shuffle(src: Any, dst: Any, shuffle_mask: Any, dtype: Any = None, mask: Any = None, **_: Any) -> Any:
     """VectorE: dst partition i of each quadrant takes src partition shuffle_mask[i] (255: unchanged)."""
-    return _indexing.nc_stream_shuffle(src, dst, shuffle_mask)
+    return _ins.masked_into(mask, dst, _indexing.nc_stream_shuffle, src, dst, shuffle_mask)
 
 
 def dropout(data: Any, prob: Any, mask: Any = None, dtype: Any = None, **_: Any) -> Any:
     """VectorE: a new tile of data with elements zeroed with probability prob."""
-    return _prng.dropout(data, prob, dtype=dtype)
+    return _ins.masked(mask, _prng.dropout, data, prob, dtype=dtype)
 
 
 
@@ -208,14 +211,14 @@ def dropout(data: Any, prob: Any, mask: Any = None, dtype: Any = None, **_: Any)
 def dma_transpose(src: Any, axes: Any = None, mask: Any = None, dtype: Any = None, **options: Any) -> Any:
     """DMA: a new SBUF tile holding src (HBM or SBUF) transposed (2-d (1, 0), 3-d (2, 1, 0), 4-d
     (3, 1, 2, 0)), converted to `dtype` if given; `dge_mode=` as in nki.isa."""
-    return _moves.dma_transpose(None, src, axes, _isa._dge_name(options.get("dge_mode")), dtype)
+    return _ins.zeroed(mask, _moves.dma_transpose, None, src, axes, _isa._dge_name(options.get("dge_mode")), dtype)
 
 
 def local_gather(src_buffer: Any, index: Any, num_elem_per_idx: int = 1, num_valid_indices: int | None = None,
                  mask: Any = None, **_: Any) -> Any:
     """GpSimd: a new tile [P, num_valid_indices, num_elem_per_idx] gathered per 16-partition core
     at the core's uint16 indices."""
-    return _moves.local_gather(None, src_buffer, index, num_elem_per_idx, num_valid_indices)
+    return _ins.zeroed(mask, _moves.local_gather, None, src_buffer, index, num_elem_per_idx, num_valid_indices)
 
 
 # ----------------------------------------------------------------------------- SDK 2.27-2.29 additions
@@ -223,7 +226,6 @@ def local_gather(src_buffer: Any, index: Any, num_elem_per_idx: int = 1, num_val
 # `neuronxcc.nki.isa`: they only ever had the destination form (`dst=` given), so the legacy module
 # exposes the current instructions themselves.
 from ..isa import (  # noqa: E402, F401
-    core_barrier,
     dma_compute,
     exponential,
     nc_matmul_mx,
@@ -238,10 +240,17 @@ from ..isa import (  # noqa: E402, F401
     register_move,
     register_store,
     rng,
-    sendrecv,
     set_rng_seed,
     tensor_scalar_cumulative,
 )
+from ..lnc import core_barrier  # noqa: E402, F401  (nki.isa's spelling warns as deprecated; it did not then)
+
+
+def sendrecv(src: Any, dst: Any, send_to_rank: int, recv_from_rank: int, pipe_id: Any = None,
+             dma_engine: Any = _isa.dma_engine.dma, name: str | None = None) -> None:
+    """`nki.lnc.sendrecv` in its SDK 2.27-2.29 spelling (`pipe_id` is ignored)."""
+    _lnc.sendrecv(src, dst, send_to_rank, recv_from_rank, dma_engine, name)
+
 
 # Whole block tensors (nki.simulator.blocks): elementwise instructions run once per block, DMA takes
 # them as they are, the others refuse them.

@@ -133,18 +133,55 @@ def emit(values: np.ndarray, dtype: np.dtype, dst: Any, what: str, buffer: str =
     return target
 
 
-def masked(mask: Any, instruction: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def masked(mask: Any, instruction: Callable[..., Any], *args: Any, result_axes: tuple[int, ...] | None = None,
+           **kwargs: Any) -> Any:
     """Run `instruction` under a legacy `mask=`: masked-out elements are neither read nor computed.
     A mask that keeps a box of a tile operand (a ragged tail) narrows the operand to the box, and a
     result of the box's extent on an axis is returned at the operand's full extent (zero outside the
-    box). Any other mask only excuses the out-of-range positions of an index expression it excludes."""
+    box) — on every axis for elementwise instructions, on `result_axes` for the others (``(0,)``:
+    per-partition results such as reductions, whose free extent is not the operand's). Any other
+    mask only excuses the out-of-range positions of an index expression it excludes."""
     if mask is None:
         return instruction(*args, **kwargs)
     boxes: list[tuple[tuple[int, ...], tuple[slice, ...]]] = []
     args = tuple(_masked_operand(a, mask, boxes) for a in args)
     kwargs = {k: _masked_operand(v, mask, boxes) for k, v in kwargs.items()}
     out = instruction(*args, **kwargs)
-    return _unbox(out, *boxes[0]) if boxes and isinstance(out, Tile) and out.on_chip else out
+    return _unbox(out, *boxes[0], result_axes) if boxes and isinstance(out, Tile) and out.on_chip else out
+
+
+def zeroed(mask: Any, instruction: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run `instruction` under a legacy `mask=` with the masked-out elements of its tile operands
+    read as zero: for instructions whose result is laid out otherwise than their operands (matmul,
+    transposes, selections by position), where narrowing an operand would move the others. A result
+    of an operand's layout is zero where the mask excludes (not computed)."""
+    if mask is None:
+        return instruction(*args, **kwargs)
+    out = instruction(*(_zeroed_operand(a, mask) for a in args),
+                      **{k: _zeroed_operand(v, mask) for k, v in kwargs.items()})
+    return computed_where(mask, out)
+
+
+def masked_into(mask: Any, dst: Tile, instruction: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run an instruction that writes `dst` (one of its arguments) under a legacy `mask=`: its other
+    tile operands read zero where the mask excludes, and dst keeps its values there."""
+    if mask is None:
+        return instruction(*args, **kwargs)
+    keep = _mask_on(dst, mask)
+    before = None if keep is None else np.array(dst.data)
+    out = instruction(*(a if a is dst else _zeroed_operand(a, mask) for a in args),
+                      **{k: v if v is dst else _zeroed_operand(v, mask) for k, v in kwargs.items()})
+    if keep is not None:
+        dst.write(Ellipsis, np.where(keep, dst.data, before))
+    return out
+
+
+def computed_where(mask: Any, out: Any) -> Any:
+    """A new on-chip result zeroed where a legacy `mask=` that lays out on it excludes (not computed)."""
+    if mask is None or not isinstance(out, Tile) or not out.on_chip:
+        return out
+    keep = _mask_on(out, mask)
+    return out if keep is None or keep.all() else new_tile(np.where(keep, out.data, 0), out.dtype, out.buffer)
 
 
 def _mask_on(tile: Tile, mask: Any) -> np.ndarray | None:
@@ -156,28 +193,51 @@ def _mask_on(tile: Tile, mask: Any) -> np.ndarray | None:
         return None
 
 
-def _masked_operand(x: Any, mask: Any, boxes: list) -> Any:
+def _kept(x: Any, mask: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """An on-chip tile operand's values (out-of-range index positions clipped) and the mask laid out
+    on it; None when the mask does not lay out on it or keeps an out-of-range position."""
     if not isinstance(x, Tile) or x.is_hbm:
-        return x
-    pending = isinstance(x, _tile.PendingTile)
+        return None
     keep = _mask_on(x, mask)
+    pending = isinstance(x, _tile.PendingTile)
     if keep is None or (pending and (x._index.invalid & keep).any()):
-        return x.data if pending else x  # reading a pending tile raises the out-of-bounds error
-    values = x.clipped if pending else x.data
+        return None
+    return (x.clipped if pending else x.data), keep
+
+
+def _untouched(x: Any) -> Any:
+    # Reading a pending tile (an out-of-range index expression no mask excuses) raises its error.
+    return x.data if isinstance(x, _tile.PendingTile) else x
+
+
+def _zeroed_operand(x: Any, mask: Any) -> Any:
+    kept = _kept(x, mask)
+    if kept is None:
+        return _untouched(x)
+    values, keep = kept
+    return Tile(np.where(keep, values, np.zeros((), values.dtype)), x.dtype, x.buffer, base=x)
+
+
+def _masked_operand(x: Any, mask: Any, boxes: list) -> Any:
+    kept = _kept(x, mask)
+    if kept is None:
+        return _untouched(x)
+    values, keep = kept
     rows = [np.flatnonzero(keep.any(axis=tuple(a for a in range(keep.ndim) if a != d))) for d in range(keep.ndim)]
     if any(r.size == 0 for r in rows):
         return x
     box = tuple(slice(int(r[0]), int(r[-1]) + 1) for r in rows)
     if not keep[box].all():  # not a box: compute everywhere, out-of-range positions read as 0
-        return Tile(np.where(keep, values, np.zeros((), values.dtype)), x.dtype, x.buffer, base=x) if pending else x
+        return _zeroed_operand(x, mask) if isinstance(x, _tile.PendingTile) else x
     boxes.append((x.shape, box))
     return Tile(values[box], x.dtype, x.buffer, base=x)
 
 
-def _unbox(out: Tile, full: tuple[int, ...], box: tuple[slice, ...]) -> Tile:
-    """A result computed on the box, at the operand's full extent on the axes it kept."""
+def _unbox(out: Tile, full: tuple[int, ...], box: tuple[slice, ...], axes: tuple[int, ...] | None) -> Tile:
+    """A result computed on the box, at the operand's full extent on the axes (of `axes`) it kept."""
     sizes = [b.stop - b.start for b in box]
-    place = [box[d] if d < len(box) and n == sizes[d] != full[d] else slice(None) for d, n in enumerate(out.shape)]
+    place = [box[d] if (axes is None or d in axes) and d < len(box) and n == sizes[d] != full[d] else slice(None)
+             for d, n in enumerate(out.shape)]
     if all(p == slice(None) for p in place):
         return out
     shape = tuple(full[d] if p != slice(None) else n for d, (p, n) in enumerate(zip(place, out.shape)))
