@@ -17,12 +17,14 @@ from ..errors import NKIError
 
 
 class Axis:
-    """One index variable's axis (identity only; its extent is the array dimension it labels)."""
+    """One index variable's axis (identity; its extent is the array dimension it labels), and its
+    position in the `nl.mgrid` that declared it (None for other variables)."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "position")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, position: int | None = None) -> None:
         self.name = name
+        self.position = position
 
     def __repr__(self) -> str:
         return f"Axis({self.name})"
@@ -89,7 +91,7 @@ def grid(key: tuple) -> tuple[IndexExpr, ...]:
     """The variables of one index grid (open form): variable i spans axis i, even at extent 1."""
     arrays = np.ogrid[key]
     arrays = arrays if isinstance(arrays, (list, tuple)) else [arrays]
-    axes = [Axis(f"grid{i}") for i in range(len(arrays))]
+    axes = [Axis(f"grid{i}", i) for i in range(len(arrays))]
     return tuple(IndexExpr(a, tuple(axes[i] if d == i else None for d in range(a.ndim)))
                  for i, a in enumerate(arrays))
 

@@ -541,10 +541,27 @@ def fit_value(values: Any, shape: tuple[int, ...], opcode: str) -> np.ndarray:
                        f"destination of shape {tuple(shape)}") from None
 
 
+def _in_grid_order(values: np.ndarray, index: Any) -> np.ndarray | None:
+    """A value laid out in the declaration order of the `nl.mgrid` variables the access uses, when
+    the access orders them otherwise (its first index uses a later variable:
+    ``out[i * 128 + i_f, i_p]`` of ``i_p, i_f = nl.mgrid[...]`` stores a tile whose partitions are
+    i_p): the value transposed to the access's layout, or None."""
+    axes = index.axes
+    if axes is None or len(axes) != len(index.shape) or any(a.position is None for a in axes):
+        return None
+    order = sorted(range(len(axes)), key=lambda i: axes[i].position)
+    if values.shape != tuple(index.shape[i] for i in order):
+        return None
+    return values.transpose(np.argsort(order))
+
+
 def _dma_write(pattern: AccessPattern, value: Any, mask: Any, opcode: str) -> None:
     values, _ = _value(value, opcode)
     values = np.asarray(values)
-    shape = pattern.resolve(mask).shape
+    index = pattern.resolve(mask)
+    shape = index.shape
+    transposed = _in_grid_order(values, index) if values.shape != tuple(shape) else None
+    values = values if transposed is None else transposed
     values = fit_value(values, shape, opcode)
     rounded = _round(values, pattern.dtype)
     pattern.write(rounded, mask)

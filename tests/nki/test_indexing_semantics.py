@@ -259,3 +259,28 @@ def test_broadcast_to_of_a_reduction_result_is_partition_aligned():
         return out
     out = nki.simulate(k)(x, np.zeros_like(x))
     np.testing.assert_allclose(out, x / x.sum(1, keepdims=True), rtol=1e-4)
+
+
+def test_store_through_index_variables_in_another_order_than_the_tile():
+    # out[i * 128 + i_f, i_p] of a tile whose partitions are i_p: the tile's axes are the mgrid's
+    # declaration order, the destination's first index uses the later variable (a transposing store)
+    x = rand(64, 256)
+
+    @nki.jit
+    def k(x, out):
+        i_p, i_f = nl.mgrid[0:64, 0:128]
+        for i in nl.affine_range(2):
+            t = nl.load(x[i_p, i * 128 + i_f])
+            nl.store(out[i * 128 + i_f, i_p], value=t)
+        return out
+    out = nki.simulate(k)(x, np.zeros((256, 64), F32))
+    np.testing.assert_array_equal(out, x.T)
+
+
+def test_store_of_a_tile_that_fits_neither_order_is_a_rule():
+    @nki.jit
+    def k(x, out):
+        i_p, i_f = nl.mgrid[0:64, 0:128]
+        nl.store(out[i_f, i_p], value=nl.load(x))  # <- rule
+        return out
+    expect_rule(k, [rand(32, 128), np.zeros((128, 64), F32)], "shape-mismatch")
