@@ -1,10 +1,16 @@
 """`nki.collectives` (ncc): collective communication between ranks (Neuron SDK 2.30 and later).
 
-Here the ranks are the programs of one launch: ``kernel[n](...)`` runs n programs, program ``i``
-(row-major index in the launch grid) is rank ``i`` and ``rank_id()`` returns it. The programs run
-as simulated cores (`nki.simulator.spmd`): a collective waits until every rank of the caller's
-rank list issued its collective of the same position, then moves the data for all of them.
-Collectives across processes (several launches, torch.distributed ranks) are not simulated yet.
+The ranks are the programs of a launch: ``kernel[n](...)`` runs n programs, program ``i``
+(row-major index in the launch grid) is rank ``i`` and ``rank_id()`` returns it. In a process of an
+initialized torch.distributed job of W processes, the ranks are the programs of every process's
+launch (the same n in each): program ``i`` of process ``r`` is rank ``r * n + i``, of ``W * n``
+(`nki.simulator.distributed_job`). The programs run as simulated cores (`nki.simulator.spmd`): a
+collective waits until every rank of the caller's rank list issued its collective of the same
+position, then moves the data for all of them; the ranks of other processes send their sources
+through the job's c10d store, and every process computes the result of the whole list in rank
+order (the same bits everywhere) and writes its own ranks' destinations. A collective whose other
+processes do not join within the store's timeout raises ``collective-timeout``, one whose
+processes launched the kernel on different numbers of programs ``collective-programs``.
 
 Data movement is bit-exact (values are rounded only into a destination of another dtype);
 reductions (``nl.add``, ``nl.minimum``, ``nl.maximum``) compute in fp32 and round to the
@@ -22,9 +28,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import NKIError as _NKIError
-from .simulator import cross_core as _cross_core
+from .simulator import cross_core as _cross_core, distributed_job as _job
 from .simulator.context import current as _current
-from .simulator.cross_core import Operand as _Operand
+from .simulator.cross_core import Operand as _Operand, Snapshot as _Snapshot
 
 
 class rg_partition_op(enum.Enum):
@@ -65,12 +71,12 @@ class ReplicaGroup:
         return f"ReplicaGroup({[list(r) for r in self.rank_lists]})"
 
     def members(self, what: str) -> tuple[int, ...]:
-        """The calling program's rank list, after checking the group against the launch."""
-        world, rank = _cross_core.world_size(), _current().rank
+        """The calling program's rank list, after checking the group against the ranks of the launch
+        (of every process's launch in a torch.distributed job)."""
+        world, rank = _job.world(), rank_id()
         flat = [r for ranks in self.rank_lists for r in ranks]
-        if len(set(flat)) != len(flat) or any(not 0 <= r < world for r in flat):
-            raise _NKIError("replica-group", f"{what}: {self!r} must name each rank once, among the {world} ranks "
-                           f"(programs) of the launch 0..{world - 1}")
+        if len(set(flat)) != len(flat) or any(not 0 <= r < world.size for r in flat):
+            raise _NKIError("replica-group", f"{what}: {self!r} must name each rank once, among {world}")
         for ranks in self.rank_lists:
             if rank in ranks:
                 return ranks
@@ -78,8 +84,9 @@ class ReplicaGroup:
 
 
 def rank_id() -> int:
-    """The rank of the calling program: its row-major index in the launch grid."""
-    return _current().rank
+    """The rank of the calling program: its row-major index in the launch grid, plus the process's
+    rank times the launch's programs in a torch.distributed job."""
+    return _job.world().rank(_current().rank)
 
 
 def self_index_in_replica_group(replica_group: ReplicaGroup, name: str | None = None) -> int:
@@ -91,9 +98,15 @@ def self_index_in_replica_group(replica_group: ReplicaGroup, name: str | None = 
 @_dataclass
 class _Call:
     kind: str
-    srcs: list[_Operand]
-    dsts: list[_Operand]
+    srcs: list[_Operand | _Snapshot]  # snapshots: the call of a rank of another process
+    dsts: list[_Operand | _Snapshot]
     extra: Any = None
+
+    def portable(self) -> _Call:
+        """The call as the other processes of the job see it: the sources' values, the destinations' layouts."""
+        extra = self.extra.portable() if isinstance(self.extra, _Metadata) else self.extra
+        return _Call(self.kind, [o.snapshot(values=True) for o in self.srcs],
+                     [o.snapshot(values=False) for o in self.dsts], extra)
 
 
 def _group(replica_group: Any) -> ReplicaGroup:
@@ -126,9 +139,13 @@ def _collective(kind: str, replica_group: Any, ins: list[_Operand], outs: list[_
                 members: tuple[int, ...] | None = None) -> None:
     what = f"nki.collectives.{kind}"
     members = members if members is not None else _group(replica_group).members(what)
+    world = _job.world()
     _cross_core.record(kind, ins + outs)
 
-    def checked(calls: dict[int, _Call]) -> None:
+    def checked(arrivals: dict[int, _Call]) -> None:
+        calls = {world.rank(program): call for program, call in arrivals.items()}
+        if len(calls) < len(members):  # the rank list spans other processes
+            calls.update(_job.exchange(world, members, {r: c.portable() for r, c in calls.items()}, what))
         shapes = {(c.kind, len(c.srcs)) for c in calls.values()}
         if len(shapes) > 1:
             raise _NKIError("collective-mismatch", f"{what}: the ranks {list(members)} issued different collectives "
@@ -136,7 +153,8 @@ def _collective(kind: str, replica_group: Any, ins: list[_Operand], outs: list[_
                                                                  for r, c in sorted(calls.items())))
         complete(members, calls)
 
-    _cross_core.meet("collective", members, _Call(kind, ins, outs, extra), checked, what)
+    _cross_core.meet("collective", world.local_programs(members), _Call(kind, ins, outs, extra), checked, what,
+                     group=members)
 
 
 def _gathered(members: tuple[int, ...], calls: dict[int, _Call], i: int, what: str) -> list[np.ndarray]:
@@ -261,13 +279,16 @@ def all_to_all(srcs: list, dsts: list, replica_group: ReplicaGroup, collective_d
 # ----------------------------------------------------------------------------- variable-length collectives
 @_dataclass
 class _Metadata:
-    tensor: _Operand
+    tensor: _Operand | _Snapshot
     rows: int
     recv_counts_known: bool
     has_rdispls: bool
 
     def read(self, n: int) -> np.ndarray:
         return self.tensor.read().reshape(self.rows, n).astype(np.int64)
+
+    def portable(self) -> _Metadata:
+        return _Metadata(self.tensor.snapshot(values=True), self.rows, self.recv_counts_known, self.has_rdispls)
 
 
 def _metadata(metadata_tensor: Any, n: int, recv_counts_known: bool, has_rdispls: bool, what: str) -> _Metadata:
@@ -350,9 +371,11 @@ def collective_permute(srcs: list, dsts: list, source_target_pairs: Sequence[tup
             raise _NKIError("collective-permute",
                             f"{what}: a rank is the {side} of more than one pair in {list(pairs)}")
     members = tuple(sorted({r for pair in pairs for r in pair}))
-    if any(not 0 <= r < _cross_core.world_size() for r in members):
-        raise _NKIError("replica-group", f"{what}: pairs {list(pairs)} name ranks outside the launch's "
-                       f"0..{_cross_core.world_size() - 1}")
+    if any(not 0 <= r < _job.world().size for r in members):
+        raise _NKIError("replica-group", f"{what}: pairs {list(pairs)} name ranks outside {_job.world()}")
+    if rank_id() not in members:
+        raise _NKIError("replica-group", f"{what}: rank {rank_id()} (the calling program) is in no pair of "
+                        f"{list(pairs)}")
 
     def complete(members: tuple[int, ...], calls: dict[int, _Call]) -> None:
         if len({c.extra for c in calls.values()}) > 1:

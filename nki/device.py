@@ -26,6 +26,7 @@ from torch_neuronx.runtime.devices import DEVICE_TYPE
 
 from . import launchers, simulator
 from .jit import numpy_dtype, to_numpy, torch_dtype
+from .simulator import distributed_job
 
 # Storages (data pointers) the kernels of the running nki_op must not write: its inputs.
 read_only_storages: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
@@ -228,7 +229,8 @@ def _simulate_on_zeros(kernel: Any, flat: list[Any], names: list[str], grid: tup
     views = [np.zeros(_sizes(a.shape), dtype=numpy_dtype(a.dtype)) if isinstance(a, torch.Tensor) else a
              for a in flat]
     n_positional = len(flat) - len(names)
-    result, _ = simulator.run(kernel, views[:n_positional], dict(zip(names, views[n_positional:])), grid)
+    with distributed_job.mirrored():  # no exchange with the job's other processes
+        result, _ = simulator.run(kernel, views[:n_positional], dict(zip(names, views[n_positional:])), grid)
     spec = _describe(result, [v if isinstance(v, np.ndarray) else None for v in views])
     _remember_result(kernel, _signature(flat, grid), spec)
     return spec

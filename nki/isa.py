@@ -67,7 +67,7 @@ class dge_mode(enum.Enum):
 
 
 class oob_mode(enum.Enum):
-    """Out-of-bounds handling of indirect DMA (`error` is the simulated default)."""
+    """Out-of-bounds rows of an indirect DMA (ap(vector_offset=...)): raise (default) or skip them."""
 
     error = 0
     skip = 1
@@ -207,14 +207,17 @@ def memset(dst: Any = None, value: Any = None, engine: Any = None, name: str | N
 
 
 # ----------------------------------------------------------------------------- DMA
+def _skips(mode: Any) -> bool:
+    """`oob_mode=oob_mode.skip` (or "skip"): out-of-bounds rows of an indirect access are skipped."""
+    return getattr(mode, "name", mode) == "skip"
+
+
 def dma_copy(dst: Any = None, src: Any = None, dst_rmw_op: Any = None, oob_mode: Any = None,
              dge_mode: Any = None, name: str | None = None, **_: Any) -> Any:
-    """DMA between HBM tensors / slices and SBUF tiles (any direction)."""
+    """DMA between HBM tensors / slices / indirect accesses and SBUF tiles (any direction);
+    `dst_rmw_op=nl.add` adds src to dst (fp32), `oob_mode=skip` skips out-of-bounds indirect rows."""
     _need("dma_copy", dst=dst, src=src)
-    if dst_rmw_op is not None:
-        raise _NKIError("unsupported-feature", "dma_copy(dst_rmw_op=...) (read-modify-write DMA) is not simulated: "
-                       "load dst, combine with nisa.tensor_tensor and copy back")
-    _ins.dma_copy(dst, src, None)
+    _moves.dma_copy(dst, src, dst_rmw_op, _skips(oob_mode))
     return dst
 
 
@@ -449,16 +452,18 @@ def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None, name: s
 
 def dma_transpose(dst: Any = None, src: Any = None, axes: Any = None, priority: Any = None, dge_mode: Any = None,
                   oob_mode: Any = None, name: str | None = None) -> Any:
-    """DMA: transpose src (HBM or SBUF; 2-d (1, 0), 3-d (2, 1, 0), 4-d (3, 1, 2, 0)) into SBUF dst."""
+    """DMA: transpose src (HBM, SBUF or indirect HBM rows; 2-d (1, 0), 3-d (2, 1, 0), 4-d (3, 1, 2, 0))
+    into SBUF dst."""
     _need("dma_transpose", dst=dst, src=src)
-    return _moves.dma_transpose(dst, src, axes, _dge_name(dge_mode))
+    return _moves.dma_transpose(dst, src, axes, _dge_name(dge_mode), skip=_skips(oob_mode))
 
 
 def dma_compute(dst: Any = None, srcs: Any = None, reduce_op: Any = None, scales: Any = None,
                 unique_indices: bool = True, oob_mode: Any = None, name: str | None = None) -> Any:
-    """DMA: dst = srcs[0] + srcs[1] + ... (fp32 inside the DMA engine; HBM or SBUF operands)."""
+    """DMA: dst = srcs[0] + srcs[1] + ... (fp32 inside the DMA engine; HBM or SBUF operands), or the
+    scatter / gather read-modify-write of an indirect operand (srcs=[dst, data])."""
     _need("dma_compute", dst=dst, srcs=srcs, reduce_op=reduce_op)
-    return _moves.dma_compute(dst, srcs, reduce_op, scales)
+    return _moves.dma_compute(dst, srcs, reduce_op, scales, unique_indices, _skips(oob_mode))
 
 
 def local_gather(dst: Any = None, src_buffer: Any = None, index: Any = None, num_elem_per_idx: int = 1,

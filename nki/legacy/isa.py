@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import isa as _isa, lnc as _lnc
+from ..errors import NKIError as _NKIError
 from ..isa import _engine, dge_mode, get_nc_version, nc_version, oob_mode, reduce_cmd  # noqa: F401
 from ..simulator import (
     blocks as _blocks,
@@ -82,9 +83,17 @@ def tensor_copy(src: Any, dtype: Any = None, engine: Any = None, mask: Any = Non
     return _ins.masked(mask, _ins.copy, src, dtype, engine=_engine(engine, VECTOR))
 
 
-def dma_copy(dst: Any, src: Any, mask: Any = None, **_: Any) -> None:
-    """DMA between HBM tensors / slices and SBUF tiles."""
-    _ins.dma_copy(dst, src, mask)
+def dma_copy(dst: Any, src: Any, mask: Any = None, dst_rmw_op: Any = None,
+             oob_mode: Any = None, **_: Any) -> None:  # noqa: F811  (the published keyword shadows the enum)
+    """DMA between HBM tensors / slices / indirect accesses and SBUF tiles; `dst_rmw_op` and
+    `oob_mode` as in nki.isa (an indirect access takes no `mask=`: rule vector-offset)."""
+    if mask is None:
+        _moves.dma_copy(dst, src, dst_rmw_op, _isa._skips(oob_mode))
+    elif dst_rmw_op is None and oob_mode is None:
+        _ins.dma_copy(dst, src, mask)
+    else:
+        raise _NKIError("unsupported-feature", "dma_copy with mask= and dst_rmw_op= or oob_mode=: apply the mask "
+                        "by slicing the operands")
 
 
 def iota(expr: Any, dtype: Any, mask: Any = None, **_: Any) -> Any:

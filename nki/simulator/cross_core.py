@@ -67,6 +67,27 @@ class Operand:
         else:
             self.target.write(Ellipsis, _ins._round(values, self.dtype, current().fp32_compute))
 
+    def snapshot(self, values: bool) -> Snapshot:
+        """The operand as other processes see it: its values (a source) or only its layout (a destination)."""
+        return Snapshot(self.shape, self.dtype, self.read() if values else None)
+
+
+@dataclass
+class Snapshot:
+    """An operand of a program of another process (collectives across processes): a source's
+    values, or a destination's shape and dtype. Each process writes the destinations of its own
+    programs only, so writes to a snapshot go nowhere."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    values: np.ndarray | None = None
+
+    def read(self) -> np.ndarray:
+        return np.array(self.values) if self.values is not None else np.zeros(self.shape, self.dtype)
+
+    def write(self, values: np.ndarray, what: str) -> None:
+        """The destination's own process writes it."""
+
 
 def reduce_op(op: Any, what: str) -> Callable[..., np.ndarray]:
     name = op_name(op)
@@ -84,12 +105,15 @@ def record(what: str, operands: Sequence[Operand]) -> None:
 
 
 def meet(kind: str, members: tuple[int, ...], payload: Any,
-         complete: Callable[[dict[int, Any]], Any], what: str) -> Any:
-    """Pair this call with the calls of the same position of `kind` in the other `members`."""
+         complete: Callable[[dict[int, Any]], Any], what: str, group: tuple[int, ...] | None = None) -> Any:
+    """Pair this call with the calls of the same position of `kind` in the other `members` (programs
+    of the launch). `group` (default: `members`) names the calls that pair up: the programs' rank
+    list when it spans other processes too."""
     ctx = current()
     if ctx.rank not in members:
         raise NKIError("replica-group", f"{what}: program {ctx.rank} is not one of the ranks {list(members)}")
-    key = (kind, members, ctx.next_call((kind, members)))
+    group = members if group is None else group
+    key = (kind, group, ctx.next_call((kind, group)))
     return ctx.launch.exchange(ctx.rank, key, members, payload, complete, f"{what} at {source_location()}")
 
 

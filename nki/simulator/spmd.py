@@ -8,7 +8,9 @@ that do not communicate therefore run one program after another exactly as befor
 that do are deterministic too. A program waiting for peers that have all finished or wait
 themselves is a deadlock (rule ``cross-core-deadlock``, raised at its kernel line); when a
 program fails, the programs waiting for it are aborted and the launch raises that program's
-error, so nothing ever waits forever.
+error, so nothing ever waits forever. The one wait outside the launch is for the programs of other
+processes (`Launch.outside`, collectives across a torch.distributed job): it hands the baton on
+meanwhile and is bounded by the job's store timeout.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any, Callable, Hashable
 
 from ..errors import NKIError
 
-_NEW, _READY, _WAITING, _DONE = range(4)
+_NEW, _READY, _WAITING, _DONE, _OUTSIDE = range(5)  # _OUTSIDE: waits for other processes
 
 
 class _Aborted(BaseException):
@@ -79,24 +81,50 @@ class Launch:
         with self._cond:
             meeting = self._rendezvous.setdefault(key, _Rendezvous(members, what))
             meeting.arrivals[index] = payload
-            if len(meeting.arrivals) == len(members):
-                del self._rendezvous[key]
-                meeting.result = complete(meeting.arrivals)
-                for j in members:
-                    if self._state[j] == _WAITING:
-                        self._state[j] = _READY
+            if len(meeting.arrivals) < len(members):
+                self._state[index] = _WAITING
+                self._waiting_in[index] = what
+                self._pass_turn(index)
+                while self._turn != index:
+                    self._cond.wait()
+                del self._waiting_in[index]
+                if self._failed is not None:
+                    raise _Aborted()
+                if index in self._deadlocked:
+                    raise NKIError("cross-core-deadlock", self._deadlock_message(index, meeting))
                 return meeting.result
-            self._state[index] = _WAITING
+            del self._rendezvous[key]
+        # Without the lock, as `complete` may wait `outside`; this program holds the baton, so no
+        # other program runs meanwhile.
+        result = complete(meeting.arrivals)
+        with self._cond:
+            meeting.result = result
+            for j in members:
+                if self._state[j] == _WAITING:
+                    self._state[j] = _READY
+        return result
+
+    def outside(self, index: int, wait: Callable[[Callable[[], bool]], Any], what: str) -> Any:
+        """Run ``wait(failed)``, a wait for other processes, without the baton: the other programs
+        run meanwhile (they may be what the other processes wait for). Returns its value once this
+        program has the baton again; `wait` should stop early when ``failed()`` (a program of the
+        launch failed: this one is then aborted)."""
+        with self._cond:
+            self._state[index] = _OUTSIDE
             self._waiting_in[index] = what
             self._pass_turn(index)
-            while self._turn != index:
-                self._cond.wait()
-            del self._waiting_in[index]
-            if self._failed is not None:
-                raise _Aborted()
-            if index in self._deadlocked:
-                raise NKIError("cross-core-deadlock", self._deadlock_message(index, meeting))
-            return meeting.result
+        try:
+            return wait(lambda: self._failed is not None)
+        finally:
+            with self._cond:
+                del self._waiting_in[index]
+                self._state[index] = _READY
+                if self._turn is None:
+                    self._turn = index
+                while self._turn != index:
+                    self._cond.wait()
+                if self._failed is not None:
+                    raise _Aborted()
 
     def _program(self, index: int) -> None:
         with self._cond:
@@ -141,8 +169,10 @@ class Launch:
                 break
         else:
             waiting = [j for j, s in enumerate(self._state) if s == _WAITING]
-            self._turn = waiting[0] if waiting else None
-            if waiting:
+            # A program waiting outside takes the baton when it returns: no deadlock yet.
+            deadlocked = waiting and _OUTSIDE not in self._state
+            self._turn = waiting[0] if deadlocked else None
+            if deadlocked:
                 self._deadlocked.add(waiting[0])
                 self._state[waiting[0]] = _READY
         self._cond.notify_all()

@@ -316,9 +316,9 @@ class Tile(NKIObject, TensorViews):
         read and scattered when written (nki/simulator/indirection.py)."""
         return _indirection(self, index, num_elem)
 
-    def vector_select(self, dim: int, vector_offset: Any) -> Tile:
-        raise NKIError("unsupported-feature", "NkiTensor.vector_select (per-partition indirect rows) is not "
-                       "simulated: gather the rows with an indirect DMA")
+    def _row_gather(self, *args: Any) -> Any:
+        """The DMA row gather of `ap(vector_offset=...)` (nki/simulator/row_gather.py)."""
+        return _row_gather(self, *args)
 
     # Python operators are VectorE instructions.
     def __add__(self, o: Any) -> Tile: return _ins.binary("add", self, o)
@@ -456,3 +456,12 @@ _indirection: Any = None
 def bind_indirection(view: Any) -> None:
     global _indirection
     _indirection = view
+
+
+# The DMA row gather (nki.simulator.row_gather) builds on tiles and the operand rules the same way.
+_row_gather: Any = None
+
+
+def bind_row_gather(view: Any) -> None:
+    global _row_gather
+    _row_gather = view

@@ -38,8 +38,9 @@ def scalar_value(x: Any, what: str) -> int:
 
 
 class TensorViews:
-    """View methods; the class using it provides `data`, `dtype`, `buffer`, `on_chip`, `_view`
-    and `_storage` (the flat root allocation and the view's element offset in it)."""
+    """View methods; the class using it provides `data`, `dtype`, `buffer`, `on_chip`, `_view`,
+    `_storage` (the flat root allocation and the view's element offset in it) and `_row_gather`
+    (the indirect access of `ap(vector_offset=...)`)."""
 
     data: np.ndarray
     _indirect: bool = False
@@ -209,6 +210,15 @@ class TensorViews:
         except ValueError as exc:
             raise NKIError("view-dtype", f"cannot view {self.shape} {self.dtype} as {new}: {exc}") from None
 
+    def vector_select(self, dim: int, vector_offset: Any) -> Any:
+        """The rows of dimension `dim` at per-partition offsets, gathered by a DMA (HBM tensors): row p
+        of the result is index vector_offset[p] of `dim`, the other dims follow in order. It is
+        `ap(vector_offset=vector_offset, indirect_dim=dim)` with this view's pattern."""
+        dim = _dim(dim, self.ndim, "vector_select")
+        rows = getattr(vector_offset, "shape", (1,))[0]
+        pattern = [[self.strides[dim], rows]] + [pair for d, pair in enumerate(self.get_pattern()) if d != dim]
+        return self.ap(pattern, vector_offset=vector_offset, indirect_dim=dim)
+
     def ap(self, pattern: Any = None, offset: int | None = None, scalar_offset: Any = None,
            vector_offset: Any = None, indirect_dim: int = 0, dtype: Any = None) -> Any:
         """A view of the underlying storage through an explicit access pattern [[stride, count], ...]
@@ -216,25 +226,31 @@ class TensorViews:
         (elements) is added to this view's storage offset; `scalar_offset` (read now) selects index
         `scalar_offset` along dimension `indirect_dim` of this tensor, so it is scaled by this tensor's
         stride of that dimension (not by the pattern's: `out.ap([[N, M], [1, N]], scalar_offset=r,
-        indirect_dim=0)` on an (R, M, N) tensor addresses slot r)."""
-        if vector_offset is not None:
-            raise NKIError("unsupported-feature", "ap(vector_offset=...) (per-partition indirect addressing) is not "
-                           "simulated: gather the rows with an indirect DMA")
+        indirect_dim=0)` on an (R, M, N) tensor addresses slot r). `vector_offset` (an SBUF tile of one
+        offset per row, HBM tensors) does so per row instead of the leading pair's stride: the DMA
+        row gather of nki/simulator/row_gather.py."""
+        if scalar_offset is not None and vector_offset is not None:
+            raise NKIError("vector-offset", "ap takes at most one of scalar_offset and vector_offset")
         flat, base = self._storage()
-        if scalar_offset is not None:  # counted in this tensor's elements, before any dtype change
-            base += scalar_value(scalar_offset, "ap scalar_offset") * self.strides[
-                _dim(indirect_dim, self.ndim, "ap indirect_dim")]
+        indirect = scalar_offset is not None or vector_offset is not None
+        dim = _dim(indirect_dim, self.ndim, "ap indirect_dim") if indirect else 0
+        row_stride = self.strides[dim] if indirect else 0  # counted in this tensor's elements
+        if scalar_offset is not None:
+            base += scalar_value(scalar_offset, "ap scalar_offset") * row_stride
         if dtype is not None and as_dtype(dtype) != self.dtype:
             new = as_dtype(dtype)
             if flat.dtype != self.dtype:
                 raise NKIError("view-dtype", f"ap(dtype={new}): with fp32_compute on-chip tiles are held in fp32 "
                                f"and cannot be reinterpreted")
             base = base * flat.itemsize // new.itemsize
+            row_stride = row_stride * flat.itemsize // new.itemsize
             flat = flat.view(new)
         steps = [(int(s), int(c)) for s, c in (self.get_pattern() if pattern is None else pattern)]
         if not steps or any(c < 1 for _, c in steps):
             raise NKIError("ap-pattern", f"ap pattern {pattern} needs [stride, count] pairs with count >= 1")
         start = base + (offset or 0)
+        if vector_offset is not None:
+            return self._row_gather(flat, start, steps, vector_offset, row_stride, self.shape[dim])
         self._check_pattern(steps, start, flat)
         view = self._view(np.lib.stride_tricks.as_strided(
             flat[start:], [c for _, c in steps], [s * flat.itemsize for s, _ in steps]), flat.dtype)

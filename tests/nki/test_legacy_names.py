@@ -125,6 +125,18 @@ def test_cross_core_instructions_of_sdk_2_27_to_2_29_do_not_warn():
         np.testing.assert_array_equal(nki.simulate(swap[2])(x, np.zeros_like(x)), x[::-1])
 
 
+def test_dma_copy_read_modify_write_and_skip():
+    x, acc = np.arange(24, dtype=F32).reshape(4, 6), np.ones((4, 6), F32)
+
+    @nki.jit
+    def k(x, acc):
+        t = nl.load(x)
+        nisa.dma_copy(acc, t, dst_rmw_op=nl.add)
+        nisa.dma_copy(acc, t, dst_rmw_op=nl.add, mask=None)
+        return acc
+    np.testing.assert_array_equal(nki.simulate(k)(x, acc), 1 + 2 * np.arange(24, dtype=F32).reshape(4, 6))
+
+
 def test_rule_dst_when_a_destination_only_instruction_misses_dst():
     def k(x):
         s = nl.load(x)
