@@ -207,15 +207,16 @@ class CompiledGraph {
   }
 
   // One call with AOTAutograd's boxed convention: takes the inputs out of `args` (so the caller's
-  // list no longer keeps them alive) and returns the outputs, on the device of the first tensor.
-  py::list call_boxed(py::list& args) const {
+  // list no longer keeps them alive) and returns the outputs, on the device of the first tensor
+  // (`graph_device` for a graph that takes no tensor).
+  py::list call_boxed(py::list& args, int graph_device) const {
     py::list inputs(args.size());
     int device = -1;
     for (size_t i = 0; i < args.size(); ++i) {
       inputs[i] = args[i];
       if (device < 0 && THPVariable_Check(args[i].ptr())) device = THPVariable_Unpack(args[i].ptr()).get_device();
     }
-    TORCH_CHECK(device >= 0, "compiled graph called without a device tensor");
+    if (device < 0) device = graph_device;
     if (PyList_SetSlice(args.ptr(), 0, PY_SSIZE_T_MAX, nullptr) != 0) throw py::error_already_set();
     return call(inputs, device);
   }
@@ -340,7 +341,7 @@ void bind_compiled_graph(py::module_& m) {
     auto [outputs, buffers] = g.make(inputs, device);
     for (at::Tensor& b : buffers) b = snapshot(b);  // for a queued kernel (see call)
     return py::make_tuple(outputs, py::cast(buffers));
-  }).def("call_boxed", &CompiledGraph::call_boxed);
+  }).def("call_boxed", &CompiledGraph::call_boxed, py::arg("args"), py::arg("graph_device"));
   m.def("_record_compiled_graph", &record);
   m.def("_host_aliases", [](const py::list& values) {
     HostAliases alias;

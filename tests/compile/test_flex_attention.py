@@ -52,3 +52,15 @@ def test_flex_attention_forward_and_backward_match_cpu(score_mod):
     out.backward(grad.to("neuron"))
     for d, c in zip(dev, cpu):
         torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_create_block_mask_takes_no_tensor_and_matches_cpu():
+    # The graph takes no tensor (it creates them on the device it is given): the executable runs
+    # on the graph's device, call after call.
+    compiled = torch.compile(create_block_mask, backend="neuron")
+    ref = create_block_mask(causal_window, B, H, S, S, device="cpu")
+    for _ in range(2):
+        mask = compiled(causal_window, B, H, S, S, device="neuron")
+        assert mask.kv_indices.device.type == "neuron"
+        for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+            torch.testing.assert_close(getattr(mask, name).cpu(), getattr(ref, name), rtol=0, atol=0)
