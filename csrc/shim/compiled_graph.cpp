@@ -208,7 +208,7 @@ class CompiledGraph {
 
   // One call with AOTAutograd's boxed convention: takes the inputs out of `args` (so the caller's
   // list no longer keeps them alive) and returns the outputs, on the device of the first tensor
-  // (`graph_device` for a graph that takes no tensor).
+  // (`graph_device`, if not -1, for a graph that takes no tensor).
   py::list call_boxed(py::list& args, int graph_device) const {
     py::list inputs(args.size());
     int device = -1;
@@ -217,6 +217,7 @@ class CompiledGraph {
       if (device < 0 && THPVariable_Check(args[i].ptr())) device = THPVariable_Unpack(args[i].ptr()).get_device();
     }
     if (device < 0) device = graph_device;
+    TORCH_CHECK(device >= 0, "compiled graph called without a device tensor");
     if (PyList_SetSlice(args.ptr(), 0, PY_SSIZE_T_MAX, nullptr) != 0) throw py::error_already_set();
     return call(inputs, device);
   }

@@ -80,6 +80,8 @@ def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
         # otherwise made the backward's views impossible).
         _forget_output_strides()
     metrics.count("executables_compiled")
+    if not hasattr(compiled, "source_code"):  # a graph of constants only: Inductor hands it back as is
+        return None, compiled, seeds
     source = device_source(compiled.source_code)
     artifacts.preserve(f"executables/graph_{graph_id}_{kind}.py", source)
     return None if compiled.constants else source, load_module(source, compiled.constants), seeds

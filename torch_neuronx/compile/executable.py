@@ -37,19 +37,22 @@ def _output_specs(gm: fx.GraphModule) -> list[Any]:
     return [node.meta.get("val") if isinstance(node, fx.Node) else node for node in output.args[0]]
 
 
-def _graph_device(gm: fx.GraphModule) -> torch.device:
-    """The neuron device a graph computes on: its first neuron tensor's (a graph may take no
-    tensor at all, e.g. ``create_block_mask(..., device="neuron")``, and create them)."""
+def _graph_device(gm: fx.GraphModule) -> int:
+    """The index of the neuron device a graph computes on, from its tensors (-1: none): a graph
+    may take no tensor at all (``create_block_mask(..., device="neuron")``) and create them."""
     for node in gm.graph.nodes:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and value.device.type == "neuron":
-            return value.device
-    raise RuntimeError("torch.compile(backend='neuron'): the graph computes no neuron tensor")
+            return value.device.index or 0
+    return -1
 
 
-def _device(values: list[Any], default: torch.device) -> torch.device:
-    """The device of a call: its first tensor's, or the graph's when it takes no tensor."""
-    return next((v.device for v in values if isinstance(v, torch.Tensor)), default)
+def _device(values: list[Any], default: int) -> int:
+    """The device index of a call: its first tensor's, or the graph's when it takes no tensor."""
+    device = next((v.device.index for v in values if isinstance(v, torch.Tensor)), default)
+    if device is None or device < 0:
+        raise RuntimeError("a neuron executable was called without a neuron tensor on a graph that makes none")
+    return device
 
 
 def _meta(t: torch.Tensor) -> torch.Tensor:
@@ -169,14 +172,14 @@ class Executable(OutputCode):
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.seeds:
-            args.append(rng.draw_seeds(self.seeds, _device(args, self.device)))
+            args.append(rng.draw_seeds(self.seeds, torch.device("neuron", _device(args, self.device))))
         if self.graph is None:
             with self._first_call_lock:
                 if self.graph is None:
                     inputs = list(args)
                     args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
-                    return self._first_call(_device(inputs, self.device).index, inputs)
-        return self.graph.call_boxed(args, self.device.index)  # the common call, all in C++
+                    return self._first_call(_device(inputs, self.device), inputs)
+        return self.graph.call_boxed(args, self.device)  # the common call, all in C++
 
     def _first_call(self, device: int, inputs: list[Any]) -> list[Any]:
         """Run once with the generated code's own allocations and wait, learn where each result

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .flex_attention import decompose_to_dense
@@ -99,7 +100,8 @@ def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions
             module.recompile()
     decompose_to_dense(gm)
     gm.recompile()
-    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    # A graph that takes no tensor, compiled outside a trace, has no fake mode to inherit.
+    fake_mode = torch._guards.detect_fake_mode(example_inputs) or FakeTensorMode()
     with _constants_on_host(gm), fake_mode:
         host_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
                        if isinstance(x, torch.Tensor) else x for x in example_inputs]

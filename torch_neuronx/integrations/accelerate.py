@@ -19,15 +19,15 @@ current accelerator). ``TORCH_NEURONX_ACCELERATE_MEMORY=0`` leaves Accelerate un
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import warnings
 from types import ModuleType
-from typing import Any, Callable
+from typing import Callable
 
 import torch
+
+from ..import_hooks import after_import
 
 MODULE = "accelerate.utils.modeling"
 ENV = "TORCH_NEURONX_ACCELERATE_MEMORY"
@@ -65,37 +65,10 @@ def _patch(module: ModuleType) -> None:
     module.get_max_memory = with_neuron_devices(module.get_max_memory, add=os.environ.get(ENV, "1") != "0")
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs Accelerate's own loader, then wraps the function in the fresh module."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.loader.exec_module(module)
-        _patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
-        return spec
-
-
 def install() -> None:
     """Wrap ``get_max_memory`` now if Accelerate is loaded, else when it is."""
-    if MODULE in sys.modules:
-        _patch(sys.modules[MODULE])
-        # Names bound before this ran keep the original; rebind the public one.
-        utils = sys.modules.get("accelerate.utils")
-        if utils is not None:
-            utils.get_max_memory = sys.modules[MODULE].get_max_memory
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    after_import(MODULE, _patch)
+    # Names bound before this ran keep the original; rebind the public one.
+    utils = sys.modules.get("accelerate.utils")
+    if utils is not None and MODULE in sys.modules:
+        utils.get_max_memory = sys.modules[MODULE].get_max_memory

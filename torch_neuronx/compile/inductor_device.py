@@ -1,0 +1,236 @@
+"""``torch.compile`` with Inductor, the default backend, on neuron tensors.
+
+Inductor generates code per device type, and has no generator for ``neuron``; code that
+compiles with the default backend (TorchTitan compiles ``create_block_mask`` and
+``flex_attention`` that way) would stop at its first graph. Inductor's extension point for a
+device (``register_backend_for_device``) takes a graph pass that runs on the device's graphs
+after Inductor's own passes. Ours hands each graph, whole, to the ``neuron`` backend's
+pipeline (``backend._compile_graph``: lowering for the host, Inductor C++, one kernel on the
+core's queue) and leaves Inductor one node to generate code for: a call of
+``neuron_inductor::graph``, whose first argument carries the graph itself, so the code Inductor
+keeps in its own cache works in a later process too. So both backends compile alike, and what
+``backend="neuron"`` supports (FlexAttention included) works with the default one.
+
+Registered when Inductor's Python wrapper generator is imported (every compile imports it before it
+runs a pass), so that ``import torch`` does not pay for Inductor.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import operator
+import pickle
+import threading
+import weakref
+import zlib
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from ..import_hooks import after_import
+from ..runtime.devices import DEVICE_TYPE
+
+# Imported by every Inductor compile, after the device registry (torch._inductor.codegen.common).
+WRAPPER = "torch._inductor.codegen.wrapper"
+_library = torch.library.Library("neuron_inductor", "DEF")
+_library.define("graph(str graph, Tensor[] inputs) -> Tensor[]")
+_library.define("write_back(Tensor(a!) dst, Tensor src) -> ()")
+
+_executables: dict[str, Any] = {}  # encoded graph -> its executable in this process
+_executables_lock = threading.Lock()
+# Graphs as Inductor passed them, for HOP subgraphs (see GraphAsOneKernel).
+_originals: weakref.WeakKeyDictionary[fx.GraphModule, fx.Graph] = weakref.WeakKeyDictionary()
+
+
+def _encode(gm: fx.GraphModule, outputs: list[tuple[Any, ...]]) -> str:
+    return base64.b64encode(zlib.compress(pickle.dumps((gm, outputs)))).decode()
+
+
+def _decode(graph: str) -> tuple[fx.GraphModule, list[tuple[Any, ...]]]:
+    return pickle.loads(zlib.decompress(base64.b64decode(graph)))
+
+
+def _compile(graph: str, inputs: list[torch.Tensor]) -> Any:
+    """The executable of an encoded graph, compiled by the neuron backend on first use."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from . import backend
+    gm, _ = _decode(graph)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(t) for t in inputs]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)  # pickling dropped the metadata
+    return backend._compile_graph(gm, fakes, graph_id=next(backend._graph_ids), kind="inference")
+
+
+def _run_graph(graph: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    with _executables_lock:
+        executable = _executables.get(graph)
+        if executable is None:
+            executable = _executables[graph] = _compile(graph, list(inputs))
+    return list(executable(list(inputs)))
+
+
+def _graph_layouts(graph: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    _, outputs = _decode(graph)
+    return [torch.empty_strided(size, stride, dtype=dtype, device=device) for size, stride, dtype, device in outputs]
+
+
+def _write_back(dst: torch.Tensor, src: torch.Tensor) -> None:
+    dst.copy_(src)
+
+
+# Any dispatch key: a graph may take no tensor (create_block_mask makes its own on the device).
+_library.impl("graph", _run_graph, "CompositeExplicitAutograd")
+_library.impl("write_back", _write_back, "CompositeExplicitAutograd")
+torch.library.register_fake("neuron_inductor::graph", _graph_layouts, lib=_library)
+torch.library.register_fake("neuron_inductor::write_back", lambda dst, src: None, lib=_library)
+
+
+def _storage(node: Any) -> StorageWeakRef | None:
+    value = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+
+
+def _layout(node: fx.Node) -> tuple[Any, ...]:
+    value = node.meta["val"]
+    return tuple(value.shape), tuple(value.stride()), value.dtype, str(value.device)
+
+
+def _restore_subgraphs(gm: fx.GraphModule) -> None:
+    """Inductor runs its passes on a graph's HOP subgraphs (FlexAttention's score_mod, ...) before
+    the graph; the graph goes to the pipeline whole, with its subgraphs as they came."""
+    for node in gm.graph.find_nodes(op="get_attr"):
+        child = getattr(gm, node.target, None)
+        if isinstance(child, fx.GraphModule) and child in _originals:
+            child.graph = _originals.pop(child)
+            child.recompile()
+
+
+def _input_mutations(gm: fx.GraphModule, placeholders: list[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
+    """Remove AOTAutograd's kept input mutations (``copy_(input, value)``): (input, value) pairs."""
+    pairs = []
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.aten.copy_.default and node.args[0] in placeholders:
+            pairs.append((node.args[0], node.args[1]))
+            node.replace_all_uses_with(node.args[1])
+            gm.graph.erase_node(node)
+    return pairs
+
+
+class _Results:
+    """Which results the kernel returns (one per storage: its results may not alias its inputs or
+    each other) and how the graph rebuilds every result from them: a tensor on an input's storage
+    or on the storage of an earlier result is a view (``as_strided``) made outside the kernel."""
+
+    def __init__(self, results: list[Any], placeholders: list[fx.Node]) -> None:
+        inputs = {_storage(p): p for p in placeholders if _storage(p) is not None}
+        self.returned: list[fx.Node] = []
+        self.plan: list[tuple[str, Any, Any]] = []
+        first: dict[StorageWeakRef, int] = {}
+        for result in results:
+            storage = _storage(result)
+            if storage is None:
+                self.plan.append(("value", result, None))
+            elif storage in inputs:
+                self.plan.append(("view_of_input", inputs[storage], result))
+            elif storage in first:
+                self.plan.append(("view_of_result", first[storage], result))
+            else:
+                first[storage] = len(self.returned)
+                self.plan.append(("result", first[storage], result))
+                self.returned.append(result)
+
+    def rebuild(self, graph: fx.Graph, inputs: dict[fx.Node, fx.Node], items: list[fx.Node]) -> list[Any]:
+        def view(base: fx.Node, like: fx.Node) -> fx.Node:
+            size, stride, _, _ = _layout(like)
+            offset = like.meta["val"].storage_offset()
+            return graph.call_function(torch.ops.aten.as_strided.default, (base, size, stride, offset))
+
+        rebuilt = []
+        for kind, source, result in self.plan:
+            if kind == "value":
+                rebuilt.append(source)
+            elif kind == "view_of_input":
+                rebuilt.append(view(inputs[source], result))
+            elif kind == "view_of_result":
+                rebuilt.append(view(items[source], result))
+            else:
+                rebuilt.append(items[source])
+        return rebuilt
+
+
+def _make_graph_pass() -> Any:
+    from torch._inductor.custom_graph_pass import CustomGraphModulePass
+
+    class GraphAsOneKernel(CustomGraphModulePass):
+        """Replace a neuron graph by one ``neuron_inductor::graph`` call carrying the graph; its
+        input mutations become ``write_back`` calls after it."""
+
+        def __call__(self, gm: fx.GraphModule) -> None:
+            _restore_subgraphs(gm)
+            output = next(iter(gm.graph.find_nodes(op="output")))
+            if not isinstance(output.args[0], (tuple, list)):  # a HOP subgraph: its graph is replaced whole
+                _originals[gm] = copy.deepcopy(gm.graph)
+                return
+            placeholders = list(gm.graph.find_nodes(op="placeholder"))
+            mutations = _input_mutations(gm, placeholders)
+            visible = len(output.args[0])  # the graph's results; the mutated inputs' values follow
+            results = _Results(list(output.args[0]) + [value for _, value in mutations], placeholders)
+            output.args = (tuple(results.returned),)
+            gm.graph.eliminate_dead_code()
+            gm.recompile()
+            encoded = _encode(fx.GraphModule(gm, gm.graph), [_layout(r) for r in results.returned])
+            graph = fx.Graph()
+            inputs = {}
+            for p in placeholders:
+                inputs[p] = graph.placeholder(p.name)
+                inputs[p].meta = dict(p.meta)
+            call = graph.call_function(torch.ops.neuron_inductor.graph.default, (encoded, list(inputs.values())))
+            items = [graph.call_function(operator.getitem, (call, k)) for k in range(len(results.returned))]
+            rebuilt = results.rebuild(graph, inputs, items)
+            for (destination, _), value in zip(mutations, rebuilt[visible:]):
+                graph.call_function(torch.ops.neuron_inductor.write_back.default, (inputs[destination], value))
+            graph.output(tuple(rebuilt[:visible]))
+            gm.graph = graph
+            gm.recompile()
+
+        def uuid(self) -> Any:
+            from . import cache
+            return f"torch_neuronx graph pass {cache.backend_version()}"
+
+    return GraphAsOneKernel()
+
+
+def _register(wrapper: ModuleType) -> None:
+    """Register ``neuron`` in Inductor's device registry: Inductor's Python wrapper, and a
+    scheduling with nothing to schedule (a neuron graph reaches the scheduler as extern kernels
+    only, see the graph pass)."""
+    import sys
+    common = sys.modules["torch._inductor.codegen.common"]  # imported by the wrapper module
+    scheduler = sys.modules["torch._inductor.scheduler"]  # likewise
+
+    class NeuronScheduling(scheduler.BaseScheduling):
+        """Nothing to fuse or generate: every node of a neuron graph is an extern kernel."""
+
+        def ready_to_flush(self) -> bool:
+            return False
+
+        def flush(self) -> None:
+            pass
+
+        def codegen_sync(self) -> None:
+            pass
+
+    common.register_backend_for_device(DEVICE_TYPE, NeuronScheduling, wrapper.PythonWrapperCodegen,
+                                       device_custom_pass=_make_graph_pass())
+    common.register_device_op_overrides(DEVICE_TYPE, common.DeviceOpOverrides())
+
+
+def install() -> None:
+    """Register the device with Inductor when (if ever) its code generators are imported."""
+    after_import(WRAPPER, _register)
+
