@@ -57,6 +57,10 @@ from .compile import inductor_device as _inductor_device  # noqa: E402
 
 _inductor_device.install()  # torch.compile's default backend, Inductor, on neuron tensors
 
+from .compile import workarounds as _workarounds  # noqa: E402
+
+_workarounds.install()  # FlexAttention accepts neuron tensors
+
 from . import adaptive  # noqa: E402
 from .adaptive import eager_mode, get_adaptive_metrics, get_eager_mode, set_eager_mode  # noqa: E402
 

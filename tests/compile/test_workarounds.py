@@ -45,3 +45,21 @@ def test_flex_attention_validates_other_devices_exactly_as_without_the_package()
     assert without["cpu requires_grad"][0] == "NotImplementedError"  # PyTorch's check ran
     assert without["meta"][0] == "ValueError"
     assert outcomes("with") == without
+
+
+EAGER_NEURON = """
+import torch
+from torch.nn.attention.flex_attention import flex_attention  # the package is loaded by import torch
+torch.manual_seed(0)
+q = torch.randn(1, 2, 128, 16)
+out = flex_attention(q.to("neuron"), q.to("neuron"), q.to("neuron"))
+torch.testing.assert_close(out.cpu(), flex_attention(q, q, q))
+print("ok")
+"""
+
+
+def test_eager_flex_attention_accepts_neuron_tensors_once_imported():
+    # No compile and no backend import: the check is changed when PyTorch imports the module.
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", EAGER_NEURON], text=True, capture_output=True,
+                            env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 0 and result.stdout.split()[-1] == "ok", result.stderr[-2000:]

@@ -127,7 +127,7 @@ def _constant_bytes(value: torch.Tensor) -> str:
     # key is computed inside AOTAutograd's fake mode, which would refuse to read it.
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily():
-        return value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes().hex()
+        return value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes().hex()
 
 
 def _graph_lines(gm: fx.GraphModule) -> Iterator[str]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
+import io
 import operator
 import pickle
 import threading
@@ -45,8 +47,51 @@ _executables_lock = threading.Lock()
 _originals: weakref.WeakKeyDictionary[fx.GraphModule, fx.Graph] = weakref.WeakKeyDictionary()
 
 
+def _op_overload(namespace: str, name: str, overload: str) -> torch._ops.OpOverload:
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def _higher_order(name: str) -> torch._ops.HigherOrderOperator:
+    return getattr(torch.ops.higher_order, name)
+
+
+def _graph_module(graph: fx.Graph, attrs: dict[str, Any]) -> fx.GraphModule:
+    return fx.GraphModule(attrs, graph)
+
+
+def _tensor_on(value: torch.Tensor, device: str) -> torch.Tensor:
+    return value.to(device)
+
+
+class _GraphPickler(pickle.Pickler):
+    """Pickles an fx graph module as its nodes (no metadata: it is propagated again) and the
+    attributes they read. Operators, which do not pickle, by name; not the GraphModule's own
+    pickling, which keeps its code and traces it symbolically when loaded (HOPs such as
+    FlexAttention refuse that)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, torch._ops.OpOverload):
+            namespace, name = obj._schema.name.split("::")
+            return _op_overload, (namespace, name, obj._overloadname)
+        if isinstance(obj, torch._ops.HigherOrderOperator):
+            return _higher_order, (obj.name(),)
+        if isinstance(obj, fx.GraphModule):
+            graph = fx.Graph()
+            graph.output(graph.graph_copy(obj.graph, {}))
+            for node in graph.nodes:
+                node.meta = {}
+            attrs = {node.target: functools.reduce(getattr, node.target.split("."), obj)
+                     for node in graph.find_nodes(op="get_attr")}
+            return _graph_module, (graph, attrs)
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            return _tensor_on, (obj.detach().cpu(), str(obj.device))
+        return NotImplemented
+
+
 def _encode(gm: fx.GraphModule, outputs: list[tuple[Any, ...]]) -> str:
-    return base64.b64encode(zlib.compress(pickle.dumps((gm, outputs)))).decode()
+    buffer = io.BytesIO()
+    _GraphPickler(buffer).dump((gm, outputs))
+    return base64.b64encode(zlib.compress(buffer.getvalue())).decode()
 
 
 def _decode(graph: str) -> tuple[fx.GraphModule, list[tuple[Any, ...]]]:
@@ -60,9 +105,9 @@ def _compile(graph: str, inputs: list[torch.Tensor]) -> Any:
 
     from . import backend
     gm, _ = _decode(graph)
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # the graph's constants are real tensors
     fakes = [mode.from_tensor(t) for t in inputs]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)  # pickling dropped the metadata
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     return backend._compile_graph(gm, fakes, graph_id=next(backend._graph_ids), kind="inference")
 
 
@@ -70,7 +115,10 @@ def _run_graph(graph: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     with _executables_lock:
         executable = _executables.get(graph)
         if executable is None:
-            executable = _executables[graph] = _compile(graph, list(inputs))
+            # The op runs under the dispatch modes of its caller (AOTAutograd's runtime checks):
+            # compiling, which traces, must not.
+            with torch.utils._python_dispatch._disable_current_modes():
+                executable = _executables[graph] = _compile(graph, list(inputs))
     return list(executable(list(inputs)))
 
 
@@ -98,6 +146,13 @@ def _storage(node: Any) -> StorageWeakRef | None:
 def _layout(node: fx.Node) -> tuple[Any, ...]:
     value = node.meta["val"]
     return tuple(value.shape), tuple(value.stride()), value.dtype, str(value.device)
+
+
+def _delete_attribute(gm: fx.GraphModule, target: str) -> None:
+    owner, _, name = target.rpartition(".")
+    module = gm.get_submodule(owner) if owner else gm
+    if hasattr(module, name):
+        delattr(module, name)
 
 
 def _restore_subgraphs(gm: fx.GraphModule) -> None:
@@ -172,9 +227,9 @@ def _make_graph_pass() -> Any:
 
         def __call__(self, gm: fx.GraphModule) -> None:
             _restore_subgraphs(gm)
+            _originals[gm] = copy.deepcopy(gm.graph)  # gm may be a HOP subgraph, whose parent comes next
             output = next(iter(gm.graph.find_nodes(op="output")))
-            if not isinstance(output.args[0], (tuple, list)):  # a HOP subgraph: its graph is replaced whole
-                _originals[gm] = copy.deepcopy(gm.graph)
+            if not isinstance(output.args[0], (tuple, list)):  # a HOP subgraph: its parent is replaced whole
                 return
             placeholders = list(gm.graph.find_nodes(op="placeholder"))
             mutations = _input_mutations(gm, placeholders)
@@ -183,7 +238,7 @@ def _make_graph_pass() -> Any:
             output.args = (tuple(results.returned),)
             gm.graph.eliminate_dead_code()
             gm.recompile()
-            encoded = _encode(fx.GraphModule(gm, gm.graph), [_layout(r) for r in results.returned])
+            encoded = _encode(gm, [_layout(r) for r in results.returned])
             graph = fx.Graph()
             inputs = {}
             for p in placeholders:
@@ -195,7 +250,10 @@ def _make_graph_pass() -> Any:
             for (destination, _), value in zip(mutations, rebuilt[visible:]):
                 graph.call_function(torch.ops.neuron_inductor.write_back.default, (inputs[destination], value))
             graph.output(tuple(rebuilt[:visible]))
+            read = [node.target for node in gm.graph.find_nodes(op="get_attr")]
             gm.graph = graph
+            for target in read:  # now in the encoded graph (Inductor pickles the module with its attributes)
+                gm.delete_submodule(target) or _delete_attribute(gm, target)
             gm.recompile()
 
         def uuid(self) -> Any:
