@@ -107,35 +107,32 @@ def test_matmul_over_a_ragged_contraction():
     np.testing.assert_allclose(out, a.T @ b, rtol=1e-4, atol=1e-4)
 
 
-def test_transpose_of_a_ragged_partition_tail_is_zero_outside_the_mask():
-    p = 100
-    x = rand(128, 64)
+P_KEPT = 100  # partitions kept by the mask: a ragged partition tail
 
+
+def partition_tail(instruction, x, out):
+    """Store ``instruction(tile, keep)`` of x's (128, F) tile under the mask ``i_p < P_KEPT``."""
     @nki.jit
     def k(x, out):
         i_p = nl.arange(128)[:, None]
-        i_f = nl.arange(64)[None, :]
-        t = nl.load(x)
-        nl.store(out, value=nl.copy(legacy_isa.nc_transpose(t[i_p, i_f], mask=(i_p < p))))
+        i_f = nl.arange(x.shape[1])[None, :]
+        nl.store(out, value=nl.copy(instruction(nl.load(x)[i_p, i_f], i_p < P_KEPT)))
         return out
-    out = nki.simulate(k)(x, np.full((64, 128), 7, F32))
-    np.testing.assert_array_equal(out[:, :p], x[:p].T)
-    assert not out[:, p:].any()
+    return nki.simulate(k)(x, out)
+
+
+def test_transpose_of_a_ragged_partition_tail_is_zero_outside_the_mask():
+    x = rand(128, 64)
+    out = partition_tail(lambda t, keep: legacy_isa.nc_transpose(t, mask=keep), x, np.full((64, 128), 7, F32))
+    np.testing.assert_array_equal(out[:, :P_KEPT], x[:P_KEPT].T)
+    assert not out[:, P_KEPT:].any()
 
 
 def test_partition_reduce_over_the_kept_partitions():
-    p = 100
     x = rand(128, 64)
-
-    @nki.jit
-    def k(x, out):
-        i_p = nl.arange(128)[:, None]
-        i_f = nl.arange(64)[None, :]
-        t = nl.load(x)
-        nl.store(out, value=legacy_isa.tensor_partition_reduce(nl.maximum, t[i_p, i_f], mask=(i_p < p)))
-        return out
-    out = nki.simulate(k)(x, np.zeros((1, 64), F32))
-    np.testing.assert_array_equal(out[0], x[:p].max(0))
+    out = partition_tail(lambda t, keep: legacy_isa.tensor_partition_reduce(nl.maximum, t, mask=keep), x,
+                         np.zeros((1, 64), F32))
+    np.testing.assert_array_equal(out[0], x[:P_KEPT].max(0))
 
 
 def test_instructions_writing_dst_keep_its_values_outside_the_mask():
