@@ -103,3 +103,22 @@ def test_inductors_cache_serves_a_later_process(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.split()[0] == "ok"
     assert list((tmp_path / "inductor").rglob("fxgraph")), "Inductor cached nothing"
+
+
+def test_random_ops_draw_from_the_neuron_generator_as_with_the_neuron_backend():
+    x = torch.ones(4096, device="neuron")
+
+    def dropout(t):
+        return torch.nn.functional.dropout(t, 0.5, training=True)
+
+    masks = {}
+    for backend in ("inductor", "neuron"):
+        torch._dynamo.reset()
+        compiled = torch.compile(dropout, backend=backend)
+        torch.neuron.manual_seed(0)
+        masks[backend] = [compiled(x).cpu() for _ in range(2)]
+    first, second = masks["inductor"]
+    assert not torch.equal(first, second)  # a new draw per call
+    assert set(first.unique().tolist()) == {0.0, 2.0} and 0.45 < (first == 0).float().mean() < 0.55
+    for a, b in zip(masks["inductor"], masks["neuron"]):  # the same seeds, from the core's generator
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -49,11 +49,18 @@ def check_static(gm: fx.GraphModule) -> None:
                 "torch._dynamo.config.capture_dynamic_output_shape_ops=False).")
 
 
+def _host(value: Any) -> Any:
+    return torch.device("cpu") if isinstance(value, torch.device) and value.type == "neuron" else value
+
+
 def _to_host_device(graph: fx.Graph) -> None:
+    """Device arguments to the host, keyword or positional (Inductor's ``prims.inductor_seeds(count,
+    device)`` in a graph that Inductor's own passes have seen)."""
     for node in graph.nodes:
-        device = node.kwargs.get("device") if node.op == "call_function" else None
-        if isinstance(device, torch.device) and device.type == "neuron":
-            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+        if node.op != "call_function":
+            continue
+        node.args = tuple(_host(a) for a in node.args)
+        node.kwargs = {k: _host(v) for k, v in node.kwargs.items()}
 
 
 @contextlib.contextmanager
