@@ -111,14 +111,32 @@ def _compile(graph: str, inputs: list[torch.Tensor]) -> Any:
     return backend._compile_graph(gm, fakes, graph_id=next(backend._graph_ids), kind="inference")
 
 
+def _on_fresh_thread(function: Any, *args: Any) -> Any:
+    """``function(*args)`` on a thread of its own, waited for. The op's kernel runs inside the
+    dispatcher, below the keys its caller went through (and under its caller's dispatch modes):
+    compiling traces, and tracing must see none of that (factory functions such as ``arange``
+    would escape the fake tensor mode)."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = function(*args)
+        except BaseException as error:  # re-raised on the calling thread
+            result["error"] = error
+
+    thread = threading.Thread(target=run, name="torch_neuronx-inductor-graph-compile")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
 def _run_graph(graph: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     with _executables_lock:
         executable = _executables.get(graph)
         if executable is None:
-            # The op runs under the dispatch modes of its caller (AOTAutograd's runtime checks):
-            # compiling, which traces, must not.
-            with torch.utils._python_dispatch._disable_current_modes():
-                executable = _executables[graph] = _compile(graph, list(inputs))
+            executable = _executables[graph] = _on_fresh_thread(_compile, graph, list(inputs))
     return list(executable(list(inputs)))
 
 
