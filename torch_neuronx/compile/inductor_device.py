@@ -89,12 +89,15 @@ class _GraphPickler(pickle.Pickler):
 
 
 def _encode(gm: fx.GraphModule, outputs: list[tuple[Any, ...]]) -> str:
+    """The layouts of the graph's results, and the graph pickled apart: the fake implementation
+    reads the layouts without rebuilding the graph."""
     buffer = io.BytesIO()
-    _GraphPickler(buffer).dump((gm, outputs))
-    return base64.b64encode(zlib.compress(buffer.getvalue())).decode()
+    _GraphPickler(buffer).dump(gm)
+    return base64.b64encode(zlib.compress(pickle.dumps((outputs, buffer.getvalue())))).decode()
 
 
-def _decode(graph: str) -> tuple[fx.GraphModule, list[tuple[Any, ...]]]:
+def _decode(graph: str) -> tuple[list[tuple[Any, ...]], bytes]:
+    """The result layouts and the pickled graph (``pickle.loads`` rebuilds it)."""
     return pickle.loads(zlib.decompress(base64.b64decode(graph)))
 
 
@@ -104,7 +107,7 @@ def _compile(graph: str, inputs: list[torch.Tensor]) -> Any:
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     from . import backend
-    gm, _ = _decode(graph)
+    gm = pickle.loads(_decode(graph)[1])
     mode = FakeTensorMode(allow_non_fake_inputs=True)  # the graph's constants are real tensors
     fakes = [mode.from_tensor(t) for t in inputs]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
@@ -141,7 +144,7 @@ def _run_graph(graph: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _graph_layouts(graph: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    _, outputs = _decode(graph)
+    outputs, _ = _decode(graph)
     return [torch.empty_strided(size, stride, dtype=dtype, device=device) for size, stride, dtype, device in outputs]
 
 
@@ -167,6 +170,7 @@ def _layout(node: fx.Node) -> tuple[Any, ...]:
 
 
 def _delete_attribute(gm: fx.GraphModule, target: str) -> None:
+    """Delete ``gm.<target>``: a tensor or a submodule (``nn.Module`` deletes either)."""
     owner, _, name = target.rpartition(".")
     module = gm.get_submodule(owner) if owner else gm
     if hasattr(module, name):
@@ -271,7 +275,7 @@ def _make_graph_pass() -> Any:
             read = [node.target for node in gm.graph.find_nodes(op="get_attr")]
             gm.graph = graph
             for target in read:  # now in the encoded graph (Inductor pickles the module with its attributes)
-                gm.delete_submodule(target) or _delete_attribute(gm, target)
+                _delete_attribute(gm, target)
             gm.recompile()
 
         def uuid(self) -> Any:
