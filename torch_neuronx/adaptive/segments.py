@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._library.utils import lookup_op
 
 from .. import _C
 from .messages import read_message, write_message
@@ -56,6 +57,13 @@ class _Ref:
         return self.dtype, self.sizes, self.strides, self.offset
 
 
+def _layout_at(words: list[int], at: int) -> tuple[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]], int]:
+    """The (dtype, sizes, strides) encoded at ``words[at]`` as dtype, dim, sizes, strides; and where it ends."""
+    dtype, dim = words[at:at + 2]
+    end = at + 2 + 2 * dim
+    return (_C._adaptive_dtype(dtype), tuple(words[at + 2:at + 2 + dim]), tuple(words[at + 2 + dim:end])), end
+
+
 def _decode_refs(words: list[int], starts: list[int]) -> list[_Ref]:
     refs = []
     for at in starts:
@@ -63,21 +71,16 @@ def _decode_refs(words: list[int], starts: list[int]) -> list[_Ref]:
             refs.append(_Ref(-1, value=-1 - words[at], dtype=_C._adaptive_dtype(words[at + 1]),
                              wrapped=bool(words[at + 2])))
             continue
-        storage, dtype, dim = words[at:at + 3]
-        sizes = tuple(words[at + 3:at + 3 + dim])
-        strides = tuple(words[at + 3 + dim:at + 3 + 2 * dim])
-        refs.append(_Ref(storage, dtype=_C._adaptive_dtype(dtype), sizes=sizes, strides=strides,
-                         offset=words[at + 3 + 2 * dim]))
+        (dtype, sizes, strides), end = _layout_at(words, at + 1)
+        refs.append(_Ref(words[at], dtype=dtype, sizes=sizes, strides=strides, offset=words[end]))
     return refs
 
 
 def _decode_layouts(words: list[int]) -> list[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]]]:
     layouts, at = [], 0
     while at < len(words):
-        dtype, dim = words[at:at + 2]
-        layouts.append((_C._adaptive_dtype(dtype), tuple(words[at + 2:at + 2 + dim]),
-                        tuple(words[at + 2 + dim:at + 2 + 2 * dim])))
-        at += 2 + 2 * dim
+        layout, at = _layout_at(words, at)
+        layouts.append(layout)
     return layouts
 
 
@@ -87,9 +90,7 @@ def _varying(d: dict[str, Any]) -> set[int]:
 
 
 def _op(name: str, overload: str) -> torch._ops.OpOverload:
-    namespace, _, op = name.partition("::")
-    packet = getattr(getattr(torch.ops, namespace), op)
-    return getattr(packet, overload or "default")
+    return lookup_op(f"{name}.{overload or 'default'}")
 
 
 def _scalar_tensor_overload(op: torch._ops.OpOverload, positions: set[int]) -> torch._ops.OpOverload | None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch._library.utils import lookup_op
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..import_hooks import after_import
@@ -45,10 +46,6 @@ _executables: dict[str, Any] = {}  # encoded graph -> its executable in this pro
 _executables_lock = threading.Lock()
 # Graphs as Inductor passed them, for HOP subgraphs (see GraphAsOneKernel).
 _originals: weakref.WeakKeyDictionary[fx.GraphModule, fx.Graph] = weakref.WeakKeyDictionary()
-
-
-def _op_overload(namespace: str, name: str, overload: str) -> torch._ops.OpOverload:
-    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
 
 
 def _higher_order(name: str) -> torch._ops.HigherOrderOperator:
@@ -71,8 +68,7 @@ class _GraphPickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch._ops.OpOverload):
-            namespace, name = obj._schema.name.split("::")
-            return _op_overload, (namespace, name, obj._overloadname)
+            return lookup_op, (f"{obj._schema.name}.{obj._overloadname}",)
         if isinstance(obj, torch._ops.HigherOrderOperator):
             return _higher_order, (obj.name(),)
         if isinstance(obj, fx.GraphModule):
