@@ -339,6 +339,25 @@ def test_fork_after_use_is_refused_and_spawn_works(tmp_path):
     assert "PARENT_OK [3.0, 3.0]" in out
 
 
+def test_set_device_initializes_so_an_unindexed_device_means_the_selected_one(tmp_path):
+    # As torch.cuda.set_device creates the context: a fresh process that selects neuron:1 and has
+    # allocated nothing yet must still resolve "neuron" to neuron:1 wherever PyTorch asks
+    # is_initialized() first (fake tensors, hence DTensor's sharding propagation).
+    done = run_script(tmp_path, """
+        import torch, torch_neuronx
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        assert not torch.neuron.is_initialized()
+        torch.neuron.set_device(1)
+        assert torch.neuron.is_initialized()
+        with FakeTensorMode():
+            fake = torch.empty_strided((2, 3), (3, 1), device="neuron")
+        real = torch.empty(2, device="neuron")
+        print(fake.device, real.device)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["neuron:1", "neuron:1"]
+
+
 def test_is_initialized_in_forked_child_reports_false(tmp_path):
     code = """
     import os, torch

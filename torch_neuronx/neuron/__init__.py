@@ -85,10 +85,13 @@ def current_device() -> int:
 
 
 def set_device(device: Any) -> None:
-    r"""Set the current device."""
+    r"""Set the current device and initialize its runtime, as ``torch.cuda.set_device`` creates
+    the device's context: until then PyTorch resolves ``"neuron"`` without an index (fake tensors,
+    DTensor's sharding propagation) to ``neuron:0``, not to the selected device."""
     index = _device_index(device)
     if index >= 0:
         _C._set_device(index)
+        init()
 
 
 class device:
