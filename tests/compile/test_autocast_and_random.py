@@ -54,3 +54,16 @@ def test_dropout_keeps_the_expected_fraction_scaled(p):
     torch.testing.assert_close(out[kept], torch.full((int(kept.sum()),), 3 / (1 - p)))
     # Within 5 standard deviations of the binomial keep count.
     assert abs(kept.float().mean().item() - (1 - p)) < 5 * ((p * (1 - p) / n) ** 0.5)
+
+
+def test_dropout_in_a_training_graph_uses_one_mask_forward_and_backward():
+    # A graph with random ops and a backward goes through Inductor's joint-graph passes (seed fusion).
+    x = torch.ones(4096, device="neuron", requires_grad=True)
+    torch.neuron.manual_seed(0)
+    out = torch.compile(dropout, backend="neuron")(x, 0.5)
+    out.sum().backward()
+    kept = out.detach().cpu() != 0
+    assert 0.4 < kept.float().mean().item() < 0.6
+    # d(sum(dropout(x) * 3))/dx is the kept mask scaled by 3 / (1 - p): the forward's values.
+    torch.testing.assert_close(x.grad.cpu(), kept.float() * 6.0)
+    torch.testing.assert_close(out.detach().cpu(), kept.float() * 6.0)

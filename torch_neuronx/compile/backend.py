@@ -126,11 +126,16 @@ def _compile_graph(gm: fx.GraphModule, example_inputs: list[Any], *, graph_id: i
         return Executable(entry[0], gm, entry[1], _region(graph_id), kind, digest)
 
 
-def _partition(*args: Any, **kwargs: Any) -> Any:
+def _partition(gm: fx.GraphModule, joint_inputs: list[Any], **kwargs: Any) -> Any:
     """Inductor's partitioner, imported when a graph is partitioned: a warm start, whose graphs
-    come partitioned from the cache, does not pay the ~0.7 s import."""
+    come partitioned from the cache, does not pay the ~0.7 s import. Its joint-graph passes read
+    the fake mode from Inductor's virtualized context (the pass that fuses random ops' seeds makes
+    fake tensors), which Inductor's own compile sets around this call."""
+    from torch._guards import detect_fake_mode
     from torch._inductor.compile_fx import partition_fn
-    return partition_fn(*args, **kwargs)
+    from torch._inductor.virtualized import V
+    with V.set_fake_mode(detect_fake_mode(joint_inputs)):
+        return partition_fn(gm, joint_inputs, **kwargs)
 
 
 def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
