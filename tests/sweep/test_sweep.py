@@ -240,13 +240,14 @@ def test_default_list_is_every_causal_lm_architecture():
     assert [s.name for s in limited] == ["gpt2", "llama", "opt"]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2", "mixtral", "gemma3_text", "deepseek_v3", "qwen2_vl", "t5"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "mixtral", "gemma3_text", "deepseek_v3", "qwen2_vl", "t5", "xlstm"])
 def test_tiny_configs_are_tiny_and_consistent(model_type):
     config = models.tiny_config(models.ModelSpec(model_type, "causal-lm", model_type))
     text = config.get_text_config(decoder=True)
     width = getattr(text, "hidden_size", None) or getattr(text, "d_model", None)
     assert width <= models.WIDTH and text.vocab_size <= models.VOCAB
     assert (getattr(text, "num_hidden_layers", None) or text.num_layers) <= models.MAX_LAYERS
+    assert getattr(text, "num_blocks", 0) <= models.MAX_LAYERS  # xLSTM's layer count
     for key, value in text.to_dict().items():
         if key.endswith("token_id") and isinstance(value, int):
             assert value < text.vocab_size, key

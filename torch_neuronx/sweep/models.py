@@ -173,7 +173,7 @@ def _shrink_int(key: str, value: int, original: dict[str, Any], layers: int) -> 
         return IMAGE
     if key == "patch_size":
         return min(value, PATCH)
-    if _LAYER_KEY.search(key):
+    if _LAYER_KEY.search(key) or key == "num_blocks":  # xLSTM counts its layers in blocks
         return min(value, layers)
     return value
 
