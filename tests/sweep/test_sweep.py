@@ -240,7 +240,8 @@ def test_default_list_is_every_causal_lm_architecture():
     assert [s.name for s in limited] == ["gpt2", "llama", "opt"]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gpt2", "mixtral", "gemma3_text", "deepseek_v3", "qwen2_vl", "t5", "xlstm"])
+@pytest.mark.parametrize("model_type",
+                         ["llama", "gpt2", "mixtral", "gemma3_text", "deepseek_v3", "qwen2_vl", "t5", "xlstm"])
 def test_tiny_configs_are_tiny_and_consistent(model_type):
     config = models.tiny_config(models.ModelSpec(model_type, "causal-lm", model_type))
     text = config.get_text_config(decoder=True)

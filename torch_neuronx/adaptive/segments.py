@@ -343,14 +343,14 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ..compile import cache, settings
+    from ..compile import cache, kernel_batch, settings
     graph = _Graph(d)
     fake_mode = FakeTensorMode()
     with fake_mode:
         examples = graph.example_inputs()
         gm = make_fx(torch.func.functionalize(graph.replay, remove="mutations_and_views"),
                      select_decomp_table(), tracing_mode="real")(*examples)
-    with cache.inductor_caches(settings.cache_dir()), fake_mode:
+    with cache.inductor_caches(settings.cache_dir()), fake_mode, kernel_batch.one_unit():
         compiled = compile_fx_inner(gm, examples, is_inference=True)
     if compiled.constants:
         raise Unsupported("the generated code holds tensor constants")

@@ -19,7 +19,7 @@ import torch
 from torch import fx
 from torch._dynamo.backends.common import aot_autograd
 
-from . import artifacts, cache, metrics, rng, settings, workarounds
+from . import artifacts, cache, kernel_batch, metrics, rng, settings, workarounds
 from .executable import KERNEL_PREFIX, Executable
 from .generated_module import device_source, load_module
 from .lowering import is_symbolic, lower_for_host, refuse_dynamic
@@ -72,8 +72,9 @@ def _build(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
         seeds, seeds_example = rng.seeds_as_input(host_gm)
         # As compile_fx tells it: a backward may reuse its donated inputs' (saved activations')
         # memory for results.
-        compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []),
-                                    is_backward=kind == "backward", is_inference=kind == "inference")
+        with kernel_batch.one_unit():
+            compiled = compile_fx_inner(host_gm, host_inputs + ([seeds_example] if seeds else []),
+                                        is_backward=kind == "backward", is_inference=kind == "inference")
         # Inductor reported the layouts its code gives the outputs, for AOTAutograd to compile the
         # backward against; the executable gives them the graph's layouts instead (Executable's
         # first call), so AOTAutograd must keep the graph's (a saved activation laid out

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from . import kernel_batch
+
 # Inductor's generated module takes its host allocator from this line of its header
 # (torch/_inductor/codegen/wrapper.py, PythonWrapperCodegen.write_header, torch 2.13).
 _INDUCTOR_ALLOCATOR = "empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu"
@@ -35,4 +37,5 @@ def load_module(source: str, constants: dict[str, Any] | None = None) -> Callabl
     as module attributes as Inductor attaches them."""
     from torch._inductor.codecache import PyCodeCache
     key, path = PyCodeCache.write(source)
-    return PyCodeCache.load_by_key_path(key, path, attrs=constants or None).call
+    with kernel_batch.one_unit():
+        return PyCodeCache.load_by_key_path(key, path, attrs=constants or None).call

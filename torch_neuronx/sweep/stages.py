@@ -332,9 +332,9 @@ def _compile_stages(child: Child, spec: models.ModelSpec, seed: int, torch_dtype
         model = models.build(spec, seed).to(torch_dtype).to(DEVICE)
         # Random ops in the graph (PhiMoE's sampling router) draw eager's stream from the same seed
         # as the CPU reference, instead of Inductor's own: parity then measures the rest of the graph.
-        import torch._inductor.config
+        from torch._inductor import config as inductor_config
         torch.manual_seed(seed)
-        with torch._inductor.config.patch(fallback_random=True):
+        with inductor_config.patch(fallback_random=True):
             return train_step(torch.compile(model, backend="neuron"), {k: v.to(DEVICE) for k, v in inputs.items()},
                               optimizer=False)
 

@@ -1,0 +1,116 @@
+"""A generated module's C++ kernels are built as one translation unit (torch_neuronx/compile/kernel_batch.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import torch
+
+import torch_neuronx  # noqa: F401
+from torch_neuronx.compile import kernel_batch
+
+COMPILED_STEP = """
+import glob, os, torch, torch_neuronx
+
+def f(x, w):
+    h = torch.tanh(x @ w) * torch.sigmoid(x).sum(-1, keepdim=True)
+    return (h.softmax(-1) + h.cumsum(-1)).pow(2).mean()
+
+x, w = torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)
+expected = f(x, w)
+expected.backward()
+wn = w.detach().to("neuron").requires_grad_()
+got = torch.compile(f, backend="neuron")(x.to("neuron"), wn)
+got.backward()
+torch.testing.assert_close(got.cpu(), expected)
+torch.testing.assert_close(wn.grad.cpu(), w.grad)
+cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+modules = [open(p).read() for p in glob.glob(cache + "/**/*.py", recursive=True)]
+kernels = sum(m.count("async_compile.cpp_pybinding(") for m in modules if "_graph_allocate" in m)
+# Kernels build as "<hash>.main.so" (the CPU ISA probes as other libraries).
+print(kernels, len(glob.glob(cache + "/**/*.main.so", recursive=True)))
+"""
+
+
+def test_a_compiled_graphs_kernels_build_as_one_library_per_module(tmp_path):
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
+    done = subprocess.run([sys.executable, "-c", COMPILED_STEP], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels, libraries = map(int, done.stdout.split()[-2:])
+    # The forward's and the backward's modules: one library each, for their two kernels each.
+    assert kernels == 4 and libraries == 2, done.stdout
+
+
+KERNEL = """
+#include <torch/csrc/inductor/cpp_prefix.h>
+extern "C"  void  kernel(const float* in_ptr0, float* out_ptr0, const int64_t ks0)
+{{
+    for (int64_t i = 0; i < ks0; ++i) out_ptr0[i] = in_ptr0[i] {op};
+}}
+"""
+# Valid on its own, not inside a namespace (an explicit specialization of std::hash).
+NOT_NESTABLE = """
+#include <torch/csrc/inductor/cpp_prefix.h>
+#include <functional>
+struct Marker {};
+template <> struct std::hash<Marker> { size_t operator()(const Marker&) const { return 0; } };
+extern "C"  void  kernel(float* out_ptr0)
+{
+    out_ptr0[0] = 7.0f;
+}
+"""
+ARGTYPES = ["const float*", "float*", "const int64_t"]
+
+
+def inductor_register(argtypes: list[str], source: str):
+    """Inductor's own per-kernel build (outside ``one_unit``), as a batch's fallback."""
+    from torch._inductor.async_compile import AsyncCompile
+    return AsyncCompile().cpp_pybinding(argtypes, source)
+
+
+def test_unit_kernels_compute_what_each_kernel_computes():
+    batch = kernel_batch.Batch(inductor_register)
+    pending = [batch.add(ARGTYPES, KERNEL.format(op=op)) for op in ("* 2.0f", "+ 1.0f", "* in_ptr0[i]")]
+    x = torch.arange(5, dtype=torch.float32)
+    outs = []
+    for p in pending:
+        out = torch.empty(5)
+        p.result()(x, out, 5)
+        outs.append(out)
+    torch.testing.assert_close(outs, [x * 2, x + 1, x * x], rtol=0, atol=0)
+    assert "namespace k2" in kernel_batch.unit_source(batch.kernels)
+
+
+def test_a_unit_that_does_not_build_falls_back_to_one_build_per_kernel():
+    batch = kernel_batch.Batch(inductor_register)
+    doubled = batch.add(ARGTYPES, KERNEL.format(op="* 2.0f"))
+    marker = batch.add(["float*"], NOT_NESTABLE)
+    x, out, seven = torch.arange(3, dtype=torch.float32), torch.empty(3), torch.zeros(1)
+    doubled.result()(x, out, 3)
+    marker.result()(seven)
+    torch.testing.assert_close(out, x * 2, rtol=0, atol=0)
+    assert seven.item() == 7.0
+
+
+def test_outside_the_context_inductor_builds_kernels_itself():
+    from torch._inductor.async_compile import AsyncCompile
+    with kernel_batch.one_unit():
+        pending = AsyncCompile().cpp_pybinding(ARGTYPES, KERNEL.format(op="- 1.0f"))
+    assert isinstance(pending, kernel_batch.PendingKernel)
+    kernel = AsyncCompile().cpp_pybinding(ARGTYPES, KERNEL.format(op="- 1.0f"))
+    assert not isinstance(kernel, kernel_batch.PendingKernel)
+    x, out = torch.arange(4, dtype=torch.float32), torch.empty(4)
+    (kernel.result() if hasattr(kernel, "result") else kernel)(x, out, 4)
+    torch.testing.assert_close(out, x - 1, rtol=0, atol=0)
+
+
+def test_unit_source_hoists_includes_and_renames_each_entry():
+    source = kernel_batch.unit_source([(["float*"], NOT_NESTABLE), (ARGTYPES, KERNEL.format(op="+ 0.0f"))])
+    assert source.count("#include <torch/csrc/inductor/cpp_prefix.h>") == 1
+    assert source.index("#include <functional>") < source.index("namespace k0")
+    assert 'extern "C"' not in source.split("PyMODINIT_FUNC")[0]
+    assert "k1::kernel(arg<float*>(args, 0), arg<float*>(args, 1), arg<int64_t>(args, 2))" in source
+    assert source.count("PyInit_kernel") == 1

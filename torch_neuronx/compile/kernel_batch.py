@@ -1,0 +1,206 @@
+"""One C++ build per generated module instead of one per kernel.
+
+Inductor's CPU code generator gives each fused kernel its own translation unit
+(``async_compile.cpp_pybinding(argtypes, source)``), and a ``g++`` run costs ~0.45 s before it
+reaches the kernel (Inductor's prelude, even precompiled) against ~0.05 s for a kernel body: a
+small model's forward and backward (~20-40 kernels) spend most of a cold compile starting
+compilers. Inside :func:`one_unit` (the neuron backend's compiles and its loads of generated
+modules), a module's kernels are collected until its ``async_compile.wait(globals())`` and built
+together: each kernel in a namespace of its own, one Python binding per kernel, one ``g++`` run.
+The combined source goes through Inductor's C++ code cache like any kernel, so a warm start
+loads the built library from disk. A kernel whose source does not have the expected shape, or a
+unit that does not build, falls back to Inductor's own per-kernel build.
+
+The wrappers are installed on Inductor's ``AsyncCompile`` once and act only on the thread that
+is inside :func:`one_unit`: CPU compiles elsewhere in the process are untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_PRELUDE = "#include <torch/csrc/inductor/cpp_prefix.h>"
+_ENTRY = re.compile(r'extern "C"\s+void\s+kernel\(')
+_INCLUDE = re.compile(r"^\s*#include\s.*$", re.MULTILINE)
+
+_state = threading.local()
+_installed = False
+
+
+@contextlib.contextmanager
+def one_unit() -> Iterator[None]:
+    """Build the kernels of the generated modules loaded on this thread one module at a time."""
+    _install()
+    outer = getattr(_state, "active", False)
+    _state.active = True
+    try:
+        yield
+    finally:
+        _state.active = outer
+
+
+class PendingKernel:
+    """A kernel registered with its module's batch; ``result()`` builds the batch (once)."""
+
+    def __init__(self, batch: Batch, index: int) -> None:
+        self.batch, self.index = batch, index
+
+    def result(self, timeout: float | None = None) -> Callable[..., Any]:
+        return self.batch.functions()[self.index]
+
+
+class Batch:
+    """The kernels of one generated module, in registration order."""
+
+    def __init__(self, fallback: Callable[[list[str], str], Any]) -> None:
+        self.kernels: list[tuple[list[str], str]] = []
+        self.fallback = fallback  # Inductor's own cpp_pybinding, bound to the module's AsyncCompile
+        self._functions: list[Callable[..., Any]] | None = None
+
+    def add(self, argtypes: list[str], source: str) -> PendingKernel:
+        self.kernels.append((list(argtypes), source))
+        return PendingKernel(self, len(self.kernels) - 1)
+
+    def functions(self) -> list[Callable[..., Any]]:
+        if self._functions is None:
+            self._functions = self._build()
+        return self._functions
+
+    def _build(self) -> list[Callable[..., Any]]:
+        fitting = [i for i, (_, source) in enumerate(self.kernels) if len(_ENTRY.findall(source)) == 1]
+        functions: dict[int, Callable[..., Any]] = {}
+        if len(fitting) > 1:
+            try:
+                functions.update(zip(fitting, _load_unit([self.kernels[i] for i in fitting]), strict=True))
+            except Exception as e:  # noqa: BLE001 - any build problem: Inductor's per-kernel path
+                log.debug("one translation unit for %d kernels failed (%s); building them one by one",
+                          len(fitting), e)
+                functions.clear()
+        for i, (argtypes, source) in enumerate(self.kernels):
+            if i not in functions:
+                functions[i] = _resolve(self.fallback(argtypes, source))
+        return [functions[i] for i in range(len(self.kernels))]
+
+
+def _resolve(kernel: Any) -> Callable[..., Any]:
+    return kernel.result() if hasattr(kernel, "result") else kernel
+
+
+def unit_source(kernels: list[tuple[list[str], str]]) -> str:
+    """The C++ source of one extension module ``kernel`` whose function ``kernel_<i>`` calls the
+    i-th kernel (Inductor's bindings convert tensors to data pointers the same way)."""
+    includes: dict[str, None] = {_PRELUDE: None}
+    bodies, bindings, methods = [], [], []
+    for i, (argtypes, source) in enumerate(kernels):
+        for line in _INCLUDE.findall(source):
+            includes.setdefault(line.strip(), None)
+        body = _ENTRY.sub("void kernel(", _INCLUDE.sub("", source))
+        bodies.append(f"namespace k{i} {{\n{body}\n}}  // namespace k{i}")
+        parsed = ", ".join(f"arg<{t.replace('const ', '')}>(args, {n})" for n, t in enumerate(argtypes))
+        bindings.append(_BINDING.format(i=i, count=len(argtypes), args=parsed))
+        methods.append(f'{{"kernel_{i}", kernel_{i}_py, METH_VARARGS, ""}},')
+    return "\n".join([*includes, *bodies, _ARGS, *bindings,
+                      _MODULE.replace("METHODS", "\n    ".join(methods))])
+
+
+def _load_unit(kernels: list[tuple[list[str], str]]) -> list[Callable[..., Any]]:
+    from torch._inductor.codecache import CppPythonBindingsCodeCache
+    module = CppPythonBindingsCodeCache.load_async(unit_source(kernels), "cpu")()
+    return [getattr(module, f"kernel_{i}") for i in range(len(kernels))]
+
+
+def _install() -> None:
+    """Wrap ``AsyncCompile.cpp_pybinding`` and ``AsyncCompile.wait`` (once, for every thread)."""
+    global _installed
+    if _installed:
+        return
+    from torch._inductor.async_compile import AsyncCompile
+    register, wait = AsyncCompile.cpp_pybinding, AsyncCompile.wait
+
+    def cpp_pybinding(self: Any, argtypes: list[str], source_code: str) -> Any:
+        if not getattr(_state, "active", False):
+            return register(self, argtypes, source_code)
+        batch = self.__dict__.get("_neuron_batch")
+        if batch is None or batch._functions is not None:
+            batch = self._neuron_batch = Batch(lambda a, s: register(self, a, s))
+        return batch.add(argtypes, source_code)
+
+    def wait_all(self: Any, scope: dict[str, Any]) -> None:
+        for name, value in list(scope.items()):
+            if isinstance(value, PendingKernel):
+                scope[name] = value.result()
+        wait(self, scope)
+
+    AsyncCompile.cpp_pybinding, AsyncCompile.wait = cpp_pybinding, wait_all
+    _installed = True
+
+
+_ARGS = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
+
+// Set from _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR, as Inductor's own bindings do.
+static void* (*tensor_data_ptr)(PyObject* obj);
+
+template <typename T> static inline T arg(PyObject* args, Py_ssize_t n) {
+  static_assert(std::is_pointer_v<T>, "arg type must be a pointer or a number");
+  return static_cast<T>(tensor_data_ptr(PyTuple_GET_ITEM(args, n)));
+}
+template <> inline int64_t arg<int64_t>(PyObject* args, Py_ssize_t n) {
+  const auto v = PyLong_AsSsize_t(PyTuple_GET_ITEM(args, n));
+  if (v == -1 && PyErr_Occurred()) throw std::runtime_error("expected int arg");
+  return v;
+}
+template <> inline uintptr_t arg<uintptr_t>(PyObject* args, Py_ssize_t n) {
+  void* v = PyLong_AsVoidPtr(PyTuple_GET_ITEM(args, n));
+  if (v == reinterpret_cast<void*>(-1) && PyErr_Occurred()) throw std::runtime_error("expected int arg");
+  return reinterpret_cast<uintptr_t>(v);
+}
+template <> inline float arg<float>(PyObject* args, Py_ssize_t n) {
+  const double v = PyFloat_AsDouble(PyTuple_GET_ITEM(args, n));
+  if (v == -1.0 && PyErr_Occurred()) throw std::runtime_error("expected float arg");
+  return static_cast<float>(v);
+}
+"""
+
+_BINDING = """
+static PyObject* kernel_{i}_py(PyObject*, PyObject* args) {{
+  try {{
+    if (!PyTuple_CheckExact(args) || PyTuple_GET_SIZE(args) != {count})
+      throw std::runtime_error("kernel_{i} takes a tuple of {count} arguments");
+    k{i}::kernel({args});
+    Py_RETURN_NONE;
+  }} catch (const std::exception& e) {{
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }}
+}}"""
+
+_MODULE = r"""
+static PyMethodDef methods[] = {
+    METHODS
+    {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "kernel", nullptr, -1, methods};
+
+PyMODINIT_FUNC PyInit_kernel(void) {
+  const char* address = std::getenv("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR");
+  char* end = nullptr;
+  errno = 0;
+  const uintptr_t value = address ? std::strtoull(address, &end, 10) : 0;
+  if (!address || errno != 0 || end == address || value == 0) {
+    PyErr_SetString(PyExc_RuntimeError, "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR is not set");
+    return nullptr;
+  }
+  tensor_data_ptr = reinterpret_cast<decltype(tensor_data_ptr)>(value);
+  return PyModule_Create(&module_def);
+}
+"""
