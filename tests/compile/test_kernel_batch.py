@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import torch_neuronx  # noqa: F401
@@ -71,17 +72,22 @@ def inductor_register(argtypes: list[str], source: str):
     return AsyncCompile().cpp_pybinding(argtypes, source)
 
 
-def test_unit_kernels_compute_what_each_kernel_computes():
-    batch = kernel_batch.Batch(inductor_register)
-    pending = [batch.add(ARGTYPES, KERNEL.format(op=op)) for op in ("* 2.0f", "+ 1.0f", "* in_ptr0[i]")]
+@pytest.mark.parametrize("pooled", [False, True])
+def test_unit_kernels_compute_what_each_kernel_computes(pooled):
+    # Pooled (Inductor compiles with several threads): two units built side by side.
+    from torch._inductor.async_compile import AsyncCompile
+    batch = kernel_batch.Batch(inductor_register, AsyncCompile.submit if pooled else None)
+    ops = ("* 2.0f", "+ 1.0f", "* in_ptr0[i]", "- 3.0f")
+    pending = [batch.add(ARGTYPES, KERNEL.format(op=op)) for op in ops]
     x = torch.arange(5, dtype=torch.float32)
     outs = []
     for p in pending:
         out = torch.empty(5)
         p.result()(x, out, 5)
         outs.append(out)
-    torch.testing.assert_close(outs, [x * 2, x + 1, x * x], rtol=0, atol=0)
-    assert "namespace k2" in kernel_batch.unit_source(batch.kernels)
+    torch.testing.assert_close(outs, [x * 2, x + 1, x * x, x - 3], rtol=0, atol=0)
+    modules = {f.__module__ for f in batch.functions()}
+    assert len(modules) == (2 if pooled else 1), modules
 
 
 def test_a_unit_that_does_not_build_falls_back_to_one_build_per_kernel():

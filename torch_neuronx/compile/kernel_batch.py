@@ -6,7 +6,8 @@ reaches the kernel (Inductor's prelude, even precompiled) against ~0.05 s for a 
 small model's forward and backward (~20-40 kernels) spend most of a cold compile starting
 compilers. Inside :func:`one_unit` (the neuron backend's compiles and its loads of generated
 modules), a module's kernels are collected until its ``async_compile.wait(globals())`` and built
-together: each kernel in a namespace of its own, one Python binding per kernel, one ``g++`` run.
+together: each kernel in a namespace of its own, one Python binding per kernel, one ``g++`` run
+(two, of half the kernels each, side by side, when Inductor compiles with several threads).
 The combined source goes through Inductor's C++ code cache like any kernel, so a warm start
 loads the built library from disk. A kernel whose source does not have the expected shape, or a
 unit that does not build, falls back to Inductor's own per-kernel build.
@@ -58,9 +59,10 @@ class PendingKernel:
 class Batch:
     """The kernels of one generated module, in registration order."""
 
-    def __init__(self, fallback: Callable[[list[str], str], Any]) -> None:
+    def __init__(self, fallback: Callable[[list[str], str], Any], submit: Callable[..., Any] | None = None) -> None:
         self.kernels: list[tuple[list[str], str]] = []
         self.fallback = fallback  # Inductor's own cpp_pybinding, bound to the module's AsyncCompile
+        self.submit = submit  # Inductor's compile pool, when it has more than one thread
         self._functions: list[Callable[..., Any]] | None = None
 
     def add(self, argtypes: list[str], source: str) -> PendingKernel:
@@ -77,7 +79,12 @@ class Batch:
         functions: dict[int, Callable[..., Any]] = {}
         if len(fitting) > 1:
             try:
-                functions.update(zip(fitting, _load_unit([self.kernels[i] for i in fitting]), strict=True))
+                parts = _halves(fitting, self.kernels) if self.submit and len(fitting) >= 4 else [fitting]
+                # The first part builds on the pool while this thread builds the last.
+                loaders = [_unit_loader([self.kernels[i] for i in part], self.submit if n < len(parts) - 1 else None)
+                           for n, part in enumerate(parts)]
+                for part, load in reversed(list(zip(parts, loaders, strict=True))):
+                    functions.update(zip(part, load(), strict=True))
             except Exception as e:  # noqa: BLE001 - any build problem: Inductor's per-kernel path
                 log.debug("one translation unit for %d kernels failed (%s); building them one by one",
                           len(fitting), e)
@@ -109,10 +116,23 @@ def unit_source(kernels: list[tuple[list[str], str]]) -> str:
                       _MODULE.replace("METHODS", "\n    ".join(methods))])
 
 
-def _load_unit(kernels: list[tuple[list[str], str]]) -> list[Callable[..., Any]]:
+def _halves(indices: list[int], kernels: list[tuple[list[str], str]]) -> list[list[int]]:
+    """``indices`` in two runs of about the same amount of source."""
+    total, running = sum(len(kernels[i][1]) for i in indices), 0
+    for cut, i in enumerate(indices):
+        running += len(kernels[i][1])
+        if 2 * running >= total:
+            return [indices[:cut + 1], indices[cut + 1:]] if cut + 1 < len(indices) else [indices]
+    return [indices]
+
+
+def _unit_loader(kernels: list[tuple[list[str], str]],
+                 submit: Callable[..., Any] | None) -> Callable[[], list[Callable[..., Any]]]:
+    """Start building one unit (on ``submit``'s pool, else when called); the call returns its
+    kernels' functions."""
     from torch._inductor.codecache import CppPythonBindingsCodeCache
-    module = CppPythonBindingsCodeCache.load_async(unit_source(kernels), "cpu")()
-    return [getattr(module, f"kernel_{i}") for i in range(len(kernels))]
+    load = CppPythonBindingsCodeCache.load_async(unit_source(kernels), "cpu", submit_fn=submit)
+    return lambda: [getattr(load(), f"kernel_{i}") for i in range(len(kernels))]
 
 
 def _install() -> None:
@@ -120,7 +140,7 @@ def _install() -> None:
     global _installed
     if _installed:
         return
-    from torch._inductor.async_compile import AsyncCompile
+    from torch._inductor.async_compile import AsyncCompile, get_compile_threads
     register, wait = AsyncCompile.cpp_pybinding, AsyncCompile.wait
 
     def cpp_pybinding(self: Any, argtypes: list[str], source_code: str) -> Any:
@@ -128,7 +148,8 @@ def _install() -> None:
             return register(self, argtypes, source_code)
         batch = self.__dict__.get("_neuron_batch")
         if batch is None or batch._functions is not None:
-            batch = self._neuron_batch = Batch(lambda a, s: register(self, a, s))
+            pooled = get_compile_threads() > 1
+            batch = self._neuron_batch = Batch(lambda a, s: register(self, a, s), self.submit if pooled else None)
         return batch.add(argtypes, source_code)
 
     def wait_all(self: Any, scope: dict[str, Any]) -> None:
