@@ -150,6 +150,13 @@ void HardwareQueue::wait(int stream, const std::shared_ptr<Event>& event) {
   push(stream, std::move(item));
 }
 
+void HardwareQueue::complete_locked(int stream, uint64_t seq) {
+  Stream& s = streams_[stream];
+  s.completed++;
+  s.last_seq_done = seq;
+  pending_--;
+}
+
 int HardwareQueue::pick_locked() const {
   int best = -1;
   if (inline_) return best;  // a host thread has the core
@@ -255,10 +262,7 @@ void HardwareQueue::run() {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      Stream& s = streams_[stream];
-      s.completed++;
-      s.last_seq_done = item.seq;
-      pending_--;
+      complete_locked(stream, item.seq);
       running_ = false;
       // The kernel's captures may own the last reference to objects whose release needs the
       // launching thread's interpreter: launching threads destroy them (see drain_retired).
@@ -310,10 +314,7 @@ void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<
   bool wake, notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Stream& s = streams_[stream];
-    s.completed++;
-    s.last_seq_done = seq;
-    pending_--;
+    complete_locked(stream, seq);
     inline_ = false;
     kernels_on_host_++;
     wake = sleeping_ && pending_ > 0;  // launches from other threads waited for the core

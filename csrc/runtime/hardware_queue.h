@@ -157,6 +157,8 @@ class HardwareQueue final : public StreamProgress {
 
   uint64_t push(int stream, Item item);
   int pick_locked() const;
+  // Counts a kernel done on `stream` (the worker's or the host's), under mu_.
+  void complete_locked(int stream, uint64_t seq);
   void run();
   void store_error(const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture,
                    std::exception_ptr error);

@@ -355,9 +355,8 @@ std::shared_ptr<const Fused> find_fused(const Segment& s, const std::vector<bool
 }
 
 // Launches what the segment holds: one fused kernel when one matches, else each call.
-bool launch_held(c10::DeviceIndex device, Segment& s, Actions& actions) {
+bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& live, Actions& actions) {
   if (s.held.empty()) return false;
-  const auto live = live_results(s);
   auto fused = find_fused(s, live);
   std::vector<at::Tensor> inputs, outputs;
   if (fused) {
@@ -504,9 +503,9 @@ void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c1
 // Ends the segment: launches what it holds, counts it, asks for its compile.
 void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
   if (s.calls() == 0) return;
-  const bool fused = launch_held(device, s, actions);
+  const auto live = live_results(s);
+  const bool fused = launch_held(device, s, live, actions);
   if (!fused && s.calls() >= kMinCalls) {
-    const auto live = live_results(s);
     const uint64_t id = segment_id(s, live);
     bool ask = false;
     std::vector<c10::IValue> first;
@@ -592,7 +591,7 @@ void submit(c10::DeviceIndex device, Call call) {
       }
       // It leaves every compiled segment: the calls held so far may be one by themselves, and
       // this call starts the next segment.
-      if (s.matching && launch_held(device, s, actions)) {
+      if (s.matching && launch_held(device, s, live_results(s), actions)) {
         s = Segment();
         continue;
       }

@@ -139,6 +139,12 @@ def _base_name(op: torch._ops.OpOverload) -> tuple[str, bool, bool]:
     return name.rstrip("_"), name.endswith("_"), foreach
 
 
+def _split_by_schema(values: list[Any], schema: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """A call's argument values as positional ones and keyword-only ones (by name), per ``schema``."""
+    positional = [v for v, a in zip(values, schema) if not a.kwarg_only]
+    return positional, {a.name: v for v, a in zip(values, schema) if a.kwarg_only}
+
+
 def _call_with_tensor_scalars(op: torch._ops.OpOverload, values: list[Any]) -> Any:
     """``op`` on ``values`` where some scalars are 0-dim tensors (lists of them for _foreach_
     scalar lists), by :data:`_WITH_TENSOR_SCALARS`; _foreach_ operators element by element."""
@@ -147,9 +153,8 @@ def _call_with_tensor_scalars(op: torch._ops.OpOverload, values: list[Any]) -> A
     schema = op._schema.arguments
 
     def one(vals: list[Any]) -> torch.Tensor:
-        positional = [v for v, a in zip(vals, schema) if not a.kwarg_only]
-        keywords = {a.name: v for v, a in zip(vals, schema) if a.kwarg_only and v is not None}
-        result = element(*positional, **keywords)
+        positional, keywords = _split_by_schema(vals, schema)
+        result = element(*positional, **{k: v for k, v in keywords.items() if v is not None})
         return vals[0].copy_(result) if in_place else result
 
     if not foreach:
@@ -308,8 +313,7 @@ class _Graph:
             if target is None:
                 result = _call_with_tensor_scalars(op, values)
             else:
-                positional = [v for v, arg in zip(values, target._schema.arguments) if not arg.kwarg_only]
-                keywords = {arg.name: v for v, arg in zip(values, target._schema.arguments) if arg.kwarg_only}
+                positional, keywords = _split_by_schema(values, target._schema.arguments)
                 result = target(*positional, **keywords)
             results = list(result) if isinstance(result, (tuple, list)) and len(returns) > 1 else [result]
             for r, storages in zip(results, returns):
