@@ -67,3 +67,16 @@ def test_dropout_in_a_training_graph_uses_one_mask_forward_and_backward():
     # d(sum(dropout(x) * 3))/dx is the kept mask scaled by 3 / (1 - p): the forward's values.
     torch.testing.assert_close(x.grad.cpu(), kept.float() * 6.0)
     torch.testing.assert_close(out.detach().cpu(), kept.float() * 6.0)
+
+
+def test_fallback_random_draws_eagers_numbers():
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x, 0.5, training=True) + torch.rand(64, device=x.device)
+
+    x = torch.ones(64)
+    torch.manual_seed(0)
+    expected = noisy(x)  # the CPU, whose stream neuron's generator draws
+    with torch._inductor.config.patch(fallback_random=True):
+        torch.manual_seed(0)
+        got = torch.compile(noisy, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
