@@ -348,12 +348,15 @@ bool HardwareQueue::query_stream(int stream) const {
   return s.completed == s.enqueued;
 }
 
-std::vector<StreamPosition> HardwareQueue::positions() const {
+int HardwareQueue::stream_count() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<StreamPosition> at;
-  at.reserve(streams_.size());
-  for (const Stream& s : streams_) at.push_back({s.enqueued, s.completed});
-  return at;
+  return static_cast<int>(streams_.size());
+}
+
+StreamPosition HardwareQueue::position(int stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Stream& s = streams_.at(stream);
+  return {s.enqueued, s.completed};
 }
 
 void HardwareQueue::wait_item(int stream, uint64_t seq) {

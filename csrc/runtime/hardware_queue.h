@@ -109,7 +109,8 @@ class HardwareQueue final : public StreamProgress {
   void wait(int stream, const std::shared_ptr<Event>& event);
 
   bool query_stream(int stream) const;
-  std::vector<StreamPosition> positions() const override;
+  int stream_count() const override;
+  StreamPosition position(int stream) const override;
   void wait_item(int stream, uint64_t seq);   // until the given launch has executed
   void synchronize_stream(int stream);
   void synchronize();                          // every stream of this core

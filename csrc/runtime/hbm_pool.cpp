@@ -14,9 +14,9 @@ bool is_small(size_t block_size) { return block_size <= kSmallSize; }
 
 // Whether kernels of `stream` may use a freed block: the kernels of other streams that may
 // still use it have run (the stream's own run before anything it launches next).
-bool free_for(const Block& block, int stream, const std::vector<StreamPosition>& at) {
+bool free_for(const Block& block, int stream, const StreamProgress& progress) {
   for (const auto& [s, end] : block.pending)
-    if (s != stream && at[s].completed < end) return false;
+    if (s != stream && progress.position(s).completed < end) return false;
   return true;
 }
 
@@ -68,12 +68,9 @@ HbmPool::~HbmPool() {
 
 std::map<std::pair<size_t, uintptr_t>, Block*>::iterator HbmPool::reusable_locked(size_t size, size_t limit,
                                                                                   int stream) {
-  std::vector<StreamPosition> at;  // asked for once, when a candidate has pending users
   for (auto it = cached_.lower_bound({size, 0}); it != cached_.end() && it->first.first <= limit; ++it) {
     const Block& block = *it->second;
-    if (block.pending.empty()) return it;
-    if (at.empty()) at = progress_->positions();
-    if (free_for(block, stream, at)) return it;
+    if (block.pending.empty() || free_for(block, stream, *progress_)) return it;
   }
   return cached_.end();
 }
@@ -130,15 +127,16 @@ void HbmPool::note_use(Block* block, int stream) const {
 }
 
 void HbmPool::free(Block* block) {
-  std::vector<std::pair<int, uint64_t>> pending;
-  if (progress_) {
-    const std::vector<StreamPosition> at = progress_->positions();
-    for (int s = 0; s < static_cast<int>(at.size()); ++s)
-      if ((block->shared || s == block->stream) && at[s].completed < at[s].launched)
-        pending.emplace_back(s, at[s].launched);
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  block->pending = std::move(pending);
+  block->pending.clear();  // keeps its capacity: a block's next free allocates nothing
+  if (progress_) {
+    const bool shared = block->shared;
+    const int first = shared ? 0 : block->stream, end = shared ? progress_->stream_count() : block->stream + 1;
+    for (int s = first; s < end; ++s) {
+      const StreamPosition at = progress_->position(s);
+      if (at.completed < at.launched) block->pending.emplace_back(s, at.launched);
+    }
+  }
   const size_t bs = block->size;
   stats_.allocation.decrease(bs, 1);
   stats_.active.decrease(bs, 1);
@@ -149,12 +147,10 @@ void HbmPool::free(Block* block) {
 }
 
 void HbmPool::release_cached_locked(bool even_pending) {
-  std::vector<StreamPosition> at;
   for (auto it = cached_.begin(); it != cached_.end();) {
     Block* block = it->second;
     if (!even_pending && !block->pending.empty()) {
-      if (at.empty()) at = progress_->positions();
-      if (!free_for(*block, kNoStream, at)) {  // a queued kernel may still use it
+      if (!free_for(*block, kNoStream, *progress_)) {  // a queued kernel may still use it
         ++it;
         continue;
       }

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 namespace neuron_rt {
 
@@ -14,7 +13,10 @@ struct StreamPosition {
 class StreamProgress {
  public:
   virtual ~StreamProgress() = default;
-  virtual std::vector<StreamPosition> positions() const = 0;  // indexed by stream id
+  // Asked per stream, without a snapshot of every stream: a free asks for its block's stream
+  // only (a shared block for each), so the allocator's hot path allocates nothing.
+  virtual int stream_count() const = 0;
+  virtual StreamPosition position(int stream) const = 0;
 };
 
 }  // namespace neuron_rt
