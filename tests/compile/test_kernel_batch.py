@@ -18,14 +18,16 @@ def f(x, w):
     h = torch.tanh(x @ w) * torch.sigmoid(x).sum(-1, keepdim=True)
     return (h.softmax(-1) + h.cumsum(-1)).pow(2).mean()
 
+torch.manual_seed(0)
 x, w = torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)
 expected = f(x, w)
 expected.backward()
 wn = w.detach().to("neuron").requires_grad_()
 got = torch.compile(f, backend="neuron")(x.to("neuron"), wn)
 got.backward()
-torch.testing.assert_close(got.cpu(), expected)
-torch.testing.assert_close(wn.grad.cpu(), w.grad)
+# Inductor's fused float32 kernels reduce in another order than eager: fp32 tolerances for fused code.
+torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+torch.testing.assert_close(wn.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
 cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
 modules = [open(p).read() for p in glob.glob(cache + "/**/*.py", recursive=True)]
 kernels = sum(m.count("async_compile.cpp_pybinding(") for m in modules if "_graph_allocate" in m)
