@@ -503,9 +503,14 @@ void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c1
 // Ends the segment: launches what it holds, counts it, asks for its compile.
 void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
   if (s.calls() == 0) return;
+  const bool observed = s.calls() >= kMinCalls;
+  if (s.held.empty() && !observed) {  // nothing to launch or count: the live mask is not needed
+    s = Segment();
+    return;
+  }
   const auto live = live_results(s);
   const bool fused = launch_held(device, s, live, actions);
-  if (!fused && s.calls() >= kMinCalls) {
+  if (!fused && observed) {
     const uint64_t id = segment_id(s, live);
     bool ask = false;
     std::vector<c10::IValue> first;
@@ -591,7 +596,7 @@ void submit(c10::DeviceIndex device, Call call) {
       }
       // It leaves every compiled segment: the calls held so far may be one by themselves, and
       // this call starts the next segment.
-      if (s.matching && launch_held(device, s, live_results(s), actions)) {
+      if (s.matching && !s.held.empty() && launch_held(device, s, live_results(s), actions)) {
         s = Segment();
         continue;
       }

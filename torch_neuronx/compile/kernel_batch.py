@@ -132,7 +132,11 @@ def _unit_loader(kernels: list[tuple[list[str], str]],
     kernels' functions."""
     from torch._inductor.codecache import CppPythonBindingsCodeCache
     load = CppPythonBindingsCodeCache.load_async(unit_source(kernels), "cpu", submit_fn=submit)
-    return lambda: [getattr(load(), f"kernel_{i}") for i in range(len(kernels))]
+
+    def functions() -> list[Callable[..., Any]]:
+        module = load()
+        return [getattr(module, f"kernel_{i}") for i in range(len(kernels))]
+    return functions
 
 
 def _install() -> None:
