@@ -334,6 +334,10 @@ class NativeKernel final : public c10::OperatorKernel {
             auto l = v.toIntVector();
             key.push_back(static_cast<int64_t>(l.size()));
             key.append(l.begin(), l.end());
+          } else if (v.isBoolList()) {  // output_mask of the normalization and convolution backwards
+            auto l = v.toBoolList();
+            key.push_back(static_cast<int64_t>(l.size()));
+            for (bool b : l) key.push_back(b);
           } else if (v.isString()) key.push_back(static_cast<int64_t>(std::hash<std::string>()(v.toStringRef())));
           else if (v.isDevice()) {
             key.push_back(static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index());
