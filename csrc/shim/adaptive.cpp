@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <dlfcn.h>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -46,6 +47,11 @@ struct SeenStorage {
   const void* data = nullptr;                         // where its memory is (inputs)
 };
 
+// The C++ entry of a segment compiled with Inductor's C++ wrapper (segments.py): it takes the
+// host tensors as owned handles (new at::Tensor) and returns an error message or null. It needs
+// no interpreter lock, so a fused kernel runs beside the program's Python thread.
+using NativeEntry = const char* (*)(void** inputs);
+
 // One compiled segment, installed by Python (torch_neuronx/adaptive/segments.py).
 struct Fused {
   std::vector<int64_t> key;                        // the segment's words, checked on a hash match
@@ -55,6 +61,7 @@ struct Fused {
   std::vector<int> runtime_values;                 // scalar values it takes as 0-dim tensors
   std::vector<std::pair<int, c10::IValue>> fixed;  // scalar values compiled in, checked
   std::shared_ptr<KernelObject> kernel;            // kernel(list of host tensors)
+  NativeEntry entry = nullptr;                     // the same code's C++ entry, when it has one
   std::string name, replaced;                      // in the queue and the profiler
 };
 
@@ -412,6 +419,14 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
         hosts.push_back(v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
                         : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
                                      : at::scalar_tensor(v.toInt(), at::kLong));
+      if (fused->entry) {
+        std::vector<void*> handles;
+        handles.reserve(hosts.size());
+        for (auto& t : hosts) handles.push_back(new at::Tensor(std::move(t)));  // the entry takes them
+        if (const char* error = fused->entry(handles.data()))
+          throw std::runtime_error(fused->name + " (fused " + fused->replaced + "): " + error);
+        return;
+      }
       py::gil_scoped_acquire gil;
       try {
         fused->kernel->object(py::cast(hosts));
@@ -622,10 +637,18 @@ void end_segment(c10::DeviceIndex device) {
 
 namespace {
 
-void install(uint64_t id, py::object kernel, std::vector<int> input_refs, std::vector<int> outputs,
-             std::vector<int> runtime_values, std::string name, std::string replaced) {
+// The exported entry of a loaded library (`library`: its path), or null.
+NativeEntry find_entry(const std::string& library) {
+  if (library.empty()) return nullptr;
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_NOLOAD);  // Python has loaded it; kept open
+  return handle ? reinterpret_cast<NativeEntry>(dlsym(handle, "neuron_segment_entry")) : nullptr;
+}
+
+void install(uint64_t id, py::object kernel, const std::string& library, std::vector<int> input_refs,
+             std::vector<int> outputs, std::vector<int> runtime_values, std::string name, std::string replaced) {
   auto f = std::make_shared<Fused>();
   f->kernel = std::make_shared<KernelObject>(std::move(kernel));
+  f->entry = find_entry(library);
   f->input_refs = std::move(input_refs);
   f->outputs = std::move(outputs);
   f->runtime_values = std::move(runtime_values);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -285,3 +286,61 @@ def test_results_in_the_memory_of_freed_inputs(adaptive):
         torch.testing.assert_close(w, expected.t())
     metrics = torch_neuronx.get_adaptive_metrics()
     assert metrics["fused_launches"] >= 1 and metrics["fused_refused"] == 0, metrics
+
+
+def test_fused_kernels_run_without_the_interpreter_lock(adaptive):
+    """A fused kernel is Inductor's C++ wrapper code called by the core's worker without the
+    interpreter lock: it completes while the program's thread keeps the lock (a busy Python loop
+    with a long switch interval; ``Event.query`` does not release it)."""
+    x = torch.randn(64, 64).to(DEVICE)
+
+    def launch() -> tuple[torch.Tensor, torch.Event]:
+        y = ((x * 2).sin() + x).cos()
+        done = torch.neuron.Event()
+        done.record()  # ends the segment: its fused kernel goes to the worker, then the marker
+        return y, done
+
+    run_until_fused(lambda: launch()[0].cpu(), runs=4)
+    fused = torch_neuronx.get_adaptive_metrics()["fused_launches"]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        y, done = launch()
+        deadline = time.perf_counter() + 5.0
+        while not done.query() and time.perf_counter() < deadline:
+            pass
+        completed = done.query()
+    finally:
+        sys.setswitchinterval(interval)
+    torch.neuron.synchronize()
+    assert torch_neuronx.get_adaptive_metrics()["fused_launches"] == fused + 1
+    assert completed, "the fused kernel waited for the interpreter lock"
+    torch.testing.assert_close(y.cpu(), ((x.cpu() * 2).sin() + x.cpu()).cos())
+
+
+def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, monkeypatch):
+    """When Inductor's C++ wrapper cannot take a segment, its Python wrapper is compiled instead,
+    and the worker calls it with the interpreter lock (compiled here, in this process)."""
+    requests = []
+    torch_neuronx._C._adaptive_set_compiler(lambda segment_id, d: requests.append((segment_id, d)))
+    try:
+        x = torch.randn(32, 32).to(DEVICE)
+        program = lambda: ((x + 1).exp() * x).sum().item()  # noqa: E731
+        for _ in range(3):
+            program()
+        (segment_id, description), = requests
+
+        def refuse(source: str) -> str:
+            raise segments.Unsupported("refused for the test")
+        monkeypatch.setattr(segments, "native_entry_source", refuse)
+        status, answer = segments._loaded("ok", segments.compile_to_source(description))
+        assert status == "ok" and segments.native_library(answer["kernel"]) == ""
+        torch_neuronx._C._adaptive_install(segment_id, answer["kernel"], "", answer["input_refs"],
+                                           answer["outputs"], answer["runtime_values"], "neuron::test_segment",
+                                           answer["summary"])
+        values = [program() for _ in range(2)]
+    finally:
+        torch_neuronx._C._adaptive_set_compiler(segments._request)
+    assert torch_neuronx.get_adaptive_metrics()["fused_launches"] == 2
+    expected = ((x.cpu() + 1).exp() * x.cpu()).sum().item()
+    assert values == pytest.approx([expected] * 2, rel=1e-5)

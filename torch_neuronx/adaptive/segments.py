@@ -348,18 +348,68 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..compile import cache, kernel_batch, settings
+    from ..compile.generated_module import load_module
     graph = _Graph(d)
     fake_mode = FakeTensorMode()
     with fake_mode:
         examples = graph.example_inputs()
         gm = make_fx(torch.func.functionalize(graph.replay, remove="mutations_and_views"),
                      select_decomp_table(), tracing_mode="real")(*examples)
-    with cache.inductor_caches(settings.cache_dir()), fake_mode, kernel_batch.one_unit():
-        compiled = compile_fx_inner(gm, examples, is_inference=True)
+    with cache.inductor_caches(settings.cache_dir()), fake_mode:
+        try:
+            with torch._inductor.config.patch(cpp_wrapper=True, **_SEGMENT_KERNELS):
+                compiled = compile_fx_inner(gm, examples, is_inference=True, cpp_wrapper=True)
+            source = native_entry_source(compiled.source_code)
+            load_module(source)  # builds its library into Inductor's cache, where the program loads it
+        except Exception:  # noqa: BLE001 - what Inductor's C++ wrapper cannot take: its Python wrapper
+            with kernel_batch.one_unit(), torch._inductor.config.patch(**_SEGMENT_KERNELS):
+                compiled = compile_fx_inner(gm, examples, is_inference=True)
+            source = compiled.source_code
     if compiled.constants:
         raise Unsupported("the generated code holds tensor constants")
-    return {"source": compiled.source_code, "input_refs": graph.input_refs, "outputs": graph.outputs,
+    return {"source": source, "input_refs": graph.input_refs, "outputs": graph.outputs,
             "runtime_values": graph.runtime_values, "summary": _summary(graph.ops)}
+
+
+# Inductor parallelizes every loop of 512 elements per thread or more. A segment's kernels run on
+# the core's worker beside the program's thread, so a team started for a small loop waits at its
+# barriers for a thread the program's thread has displaced (TinyGPT's fused backward segments
+# took more time than the eager kernels they replaced). Loops go parallel from 16,384 elements per
+# thread, about ATen's grain (32,768 elements), as the eager kernels beside them do.
+_SEGMENT_KERNELS = {"cpp.min_chunk_size": 16384}
+
+# Inductor's C++ wrapper (torch/_inductor/codegen/cpp_wrapper_cpu.py, torch 2.13) starts by
+# releasing the interpreter lock its Python binding holds; the device's worker calls the entry
+# without holding it, so that line goes, and an exported entry is added for the worker.
+_RELEASE_GIL = "    py::gil_scoped_release_simple release;\n"
+_ENTRY_END = "} // inductor_entry_impl\n"
+_NATIVE_ENTRY = """
+// The device worker's entry (csrc/shim/adaptive.cpp): input handles are taken, errors returned.
+extern "C" __attribute__((visibility("default"))) const char* neuron_segment_entry(AtenTensorHandle* inputs) {
+    static thread_local std::string error;
+    try {
+        inductor_entry_impl(inputs, nullptr);
+        return nullptr;
+    } catch (const std::exception& e) {
+        error = e.what();
+        return error.c_str();
+    }
+}
+"""
+
+
+def native_entry_source(source: str) -> str:
+    """A module of Inductor's C++ wrapper with an entry the device's worker calls without the
+    interpreter lock (``neuron_segment_entry``); its Python ``call`` still works."""
+    if source.count(_RELEASE_GIL) != 1 or source.count(_ENTRY_END) != 1:
+        raise Unsupported("Inductor's C++ wrapper module does not have the expected entry")
+    return source.replace(_RELEASE_GIL, "", 1).replace(_ENTRY_END, _ENTRY_END + _NATIVE_ENTRY, 1)
+
+
+def native_library(call: Callable[..., Any]) -> str:
+    """The path of the library holding a loaded module's C++ entry, or "" (a Python wrapper)."""
+    binding = getattr(call, "__globals__", {}).get("inductor_entry")
+    return getattr(getattr(binding, "__self__", None), "__file__", None) or ""
 
 
 _ids = iter(range(1 << 62))
@@ -480,7 +530,8 @@ def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
         return
     name = f"neuron::adaptive_segment_{next(_ids)}"
     try:
-        _C._adaptive_install(segment_id, answer["kernel"], answer["input_refs"], answer["outputs"],
+        _C._adaptive_install(segment_id, answer["kernel"], native_library(answer["kernel"]),
+                             answer["input_refs"], answer["outputs"],
                              answer["runtime_values"], name, answer["summary"])
     except RuntimeError:  # the segments were reset (reset_adaptive) while it compiled
         pass
