@@ -3,9 +3,9 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
 
 #include <utility>
-#include <vector>
 
 namespace torch_neuronx {
 
@@ -27,8 +27,9 @@ class Snapshots {
   c10::IValue operator()(const c10::IValue& v);
 
  private:
-  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> seen_;
-  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
+  // Inline room for a launch's usual few tensors: one per launch, so no heap growth on the way.
+  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 6> seen_;
+  c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 6> storages_;
 };
 
 // A CPU tensor viewing the same bytes as a device tensor. Only kernels (code running on
@@ -48,8 +49,8 @@ class HostAliases {
  private:
   bool resizable_;
   at::Tensor alias_of(const at::Tensor& device_tensor);
-  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages_;
-  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> tensors_;
+  c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 6> storages_;  // as Snapshots
+  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 6> tensors_;
 };
 
 }  // namespace torch_neuronx
