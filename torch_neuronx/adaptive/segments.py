@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -357,7 +358,7 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
                      select_decomp_table(), tracing_mode="real")(*examples)
     with cache.inductor_caches(settings.cache_dir()), fake_mode:
         try:
-            with torch._inductor.config.patch(cpp_wrapper=True, **_SEGMENT_KERNELS):
+            with torch._inductor.config.patch(cpp_wrapper=True, **_SEGMENT_KERNELS), _wrapper_unbuilt():
                 compiled = compile_fx_inner(gm, examples, is_inference=True, cpp_wrapper=True)
             source = native_entry_source(compiled.source_code)
             load_module(source)  # builds its library into Inductor's cache, where the program loads it
@@ -396,6 +397,19 @@ extern "C" __attribute__((visibility("default"))) const char* neuron_segment_ent
     }
 }
 """
+
+
+@contextlib.contextmanager
+def _wrapper_unbuilt() -> Iterator[None]:
+    """Inductor loads the module it generates, which builds the C++ wrapper's library; only the
+    device's version of it (``native_entry_source``) is ever loaded, so Inductor's is not built
+    (its ``inductor_entry`` stays None; the module is not called)."""
+    from torch._inductor.codecache import CppWrapperCodeCache
+    CppWrapperCodeCache.load_pybinding = classmethod(lambda cls, *args, **kwargs: None)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del CppWrapperCodeCache.load_pybinding  # CppPythonBindingsCodeCache's, inherited
 
 
 def native_entry_source(source: str) -> str:
