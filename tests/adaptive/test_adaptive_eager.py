@@ -320,7 +320,9 @@ def test_fused_kernels_run_without_the_interpreter_lock(adaptive):
 
 def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, monkeypatch):
     """When Inductor's C++ wrapper cannot take a segment, its Python wrapper is compiled instead,
-    and the worker calls it with the interpreter lock (compiled here, in this process)."""
+    and the worker calls it with the interpreter lock (compiled here, in this process, once no
+    background compile runs: the compile patches Inductor's wrapper loader while it runs)."""
+    segments.wait_for_compiles()
     requests = []
     torch_neuronx._C._adaptive_set_compiler(lambda segment_id, d: requests.append((segment_id, d)))
     try:

@@ -403,7 +403,8 @@ extern "C" __attribute__((visibility("default"))) const char* neuron_segment_ent
 def _wrapper_unbuilt() -> Iterator[None]:
     """Inductor loads the module it generates, which builds the C++ wrapper's library; only the
     device's version of it (``native_entry_source``) is ever loaded, so Inductor's is not built
-    (its ``inductor_entry`` stays None; the module is not called)."""
+    (its ``inductor_entry`` stays None; the module is not called). Process-wide while it lasts:
+    for the compile process, which compiles one segment at a time and loads nothing else."""
     from torch._inductor.codecache import CppWrapperCodeCache
     CppWrapperCodeCache.load_pybinding = classmethod(lambda cls, *args, **kwargs: None)  # type: ignore[method-assign]
     try:
