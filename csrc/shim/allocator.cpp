@@ -120,14 +120,20 @@ NeuronAllocator g_allocator;
 
 c10::DeviceAllocator* allocator() { return &g_allocator; }
 
-c10::Storage kernel_storage(const c10::Storage& storage) {
+bool note_kernel_use(const c10::Storage& storage) {
   const c10::DataPtr& data = storage.data_ptr();
   neuron_rt::Block* block = block_of(data);
-  if (!block) return storage;  // memory of no pool (empty storages): the kernel keeps it alive
+  if (!block) return false;
   // A kernel running now (a fallback asking its core for more work) uses it before anything
   // queued after it: no stream to note.
   if (neuron_rt::executing_device() < 0)
     block->pool->note_use(block, static_cast<int>(current_stream(data.device().index()).id()));
+  return true;
+}
+
+c10::Storage kernel_storage(const c10::Storage& storage) {
+  const c10::DataPtr& data = storage.data_ptr();
+  if (!note_kernel_use(storage)) return storage;  // memory of no pool (empty storages): the kernel keeps it alive
   return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(), c10::DataPtr(data.get(), data.device()),
                       nullptr, false);
 }

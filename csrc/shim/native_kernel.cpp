@@ -362,23 +362,34 @@ class NativeKernel final : public c10::OperatorKernel {
   }
 
   // Host view of the arguments: device tensors become aliases, generators their CPU twin.
+  // Host tensors for a tensor list argument (or its records' indices: TensorRecords).
+  static c10::IValue alias_list(const c10::IValue& v, HostAliases& alias) {
+    std::vector<at::Tensor> list;
+    if (v.isIntList()) {
+      for (int64_t i : v.toIntVector()) list.push_back(alias(c10::IValue(i)));
+    } else {
+      for (const at::Tensor& t : v.toTensorList()) list.push_back(alias(t));
+    }
+    return list;
+  }
+
   torch::jit::Stack host_args(const std::vector<c10::IValue>& args, HostAliases& alias, c10::DeviceIndex device) const {
     torch::jit::Stack s;
     s.reserve(args.size() + 4);
     for (size_t i = 0; i < args.size(); ++i) {
       const c10::IValue& v = args[i];
       switch (kinds_[i]) {
-        case ArgKind::Tensor: s.push_back(v.isNone() ? v : c10::IValue(alias(v.toTensor()))); break;
-        case ArgKind::TensorList: {
-          std::vector<at::Tensor> list;
-          for (const at::Tensor& t : v.toTensorList()) list.push_back(alias(t));
-          s.push_back(c10::IValue(list));
-          break;
-        }
+        case ArgKind::Tensor: s.push_back(v.isNone() ? v : c10::IValue(alias(v))); break;
+        case ArgKind::TensorList: s.push_back(alias_list(v, alias)); break;
         case ArgKind::OptTensorList: {
           c10::List<std::optional<at::Tensor>> list;
-          for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-            list.push_back(t.has_value() ? std::optional<at::Tensor>(alias(*t)) : std::nullopt);
+          if (v.isIntList()) {  // recorded (TensorRecords)
+            for (int64_t i : v.toIntVector())
+              list.push_back(i >= 0 ? std::optional<at::Tensor>(alias(c10::IValue(i))) : std::nullopt);
+          } else {
+            for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+              list.push_back(t.has_value() ? std::optional<at::Tensor>(alias(*t)) : std::nullopt);
+          }
           s.push_back(c10::IValue(list));
           break;
         }
@@ -451,29 +462,24 @@ class NativeKernel final : public c10::OperatorKernel {
                          host_work() == neuron_rt::HostWork::kFollow && !integral_tensors &&
                          !neuron_rt::Runtime::get().topology().launch_blocking;
     std::vector<c10::IValue> originals = segment ? args : std::vector<c10::IValue>();
-    // The kernel works on the tensors as they are now, whatever the caller does to their
-    // metadata (squeeze_, t_, as_strided_, ...) before it runs.
-    Snapshots take;
-    std::vector<c10::IValue> fresh;  // per return: the new output, or None for an argument
-    for (size_t j = 0; j < outputs.size(); ++j)
-      fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
-    for (auto& arg : args) arg = take(arg);
     std::string described = profiler::describe_launch(args, outputs);
-    std::function<void()> kernel = [this, op, device, args, fresh, use_out = plan.use_out]() {
-      maybe_fault();
-      HostAliases alias;
-      auto s = host_args(args, alias, device);
-      const at::AutoDispatchBelowADInplaceOrView below_autograd;
-      if (use_out) {
-        for (const auto& out : fresh) s.push_back(alias_ivalue(out, alias));
-        return out_op_->redispatchBoxed(kCpuKeys, &s);
-      }
-      call_host(op, s, device);
-      for (size_t j = 0; j < fresh.size(); ++j)
-        if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
-    };
     Launch how{.name = name_, .host = host_work(), .described = std::move(described)};
-    if (segment) {
+    if (!segment) {
+      // The kernel works on the tensors as they are now, whatever the caller does to their
+      // metadata (squeeze_, t_, as_strided_, ...) before it runs.
+      TensorRecords records;
+      std::vector<c10::IValue> fresh;  // per return: the new output, or None for an argument
+      for (size_t j = 0; j < outputs.size(); ++j)
+        fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : records(outputs[j]));
+      for (auto& arg : args) arg = records(arg);
+      launch(device, kernel(op, device, std::move(args), std::move(fresh), plan.use_out, std::move(records)),
+             std::move(how));
+    } else {
+      Snapshots take;  // the segment's compiled kernel takes tensors (adaptive.h)
+      std::vector<c10::IValue> fresh;
+      for (size_t j = 0; j < outputs.size(); ++j)
+        fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
+      for (auto& arg : args) arg = take(arg);
       std::vector<c10::IValue> returned;
       for (size_t j = 0; j < outputs.size(); ++j)
         returned.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : outputs[j]);
@@ -482,31 +488,44 @@ class NativeKernel final : public c10::OperatorKernel {
                                 .roles = &roles_,
                                 .args = std::move(originals),
                                 .outputs = std::move(returned),
-                                .kernel_args = std::move(args),
-                                .kernel_outputs = std::move(fresh),
-                                .kernel = std::move(kernel),
+                                .kernel_args = args,
+                                .kernel_outputs = fresh,
+                                .kernel = kernel(op, device, std::move(args), std::move(fresh), plan.use_out),
                                 .how = std::move(how)});
-    } else {
-      launch(device, std::move(kernel), std::move(how));
     }
     for (auto& out : outputs) stack->push_back(std::move(out));
   }
 
-  static c10::IValue alias_ivalue(const c10::IValue& v, HostAliases& alias) {
-    if (v.isTensor()) return alias(v.toTensor());
-    std::vector<at::Tensor> list;
-    for (const at::Tensor& t : v.toTensorList()) list.push_back(alias(t));
-    return list;
+  // The body of a planned call's kernel on its arguments and, per return, its new output (None
+  // for an argument), as snapshots or as `records`' indices.
+  std::function<void()> kernel(const c10::OperatorHandle& op, c10::DeviceIndex device, std::vector<c10::IValue> args,
+                               std::vector<c10::IValue> fresh, bool use_out, TensorRecords records = {}) {
+    return
+        [this, op, device, args = std::move(args), fresh = std::move(fresh), use_out, records = std::move(records)]() {
+      maybe_fault();
+      HostAliases alias(/*resizable=*/false, &records);
+      auto s = host_args(args, alias, device);
+      const at::AutoDispatchBelowADInplaceOrView below_autograd;
+      if (use_out) {
+        for (const auto& out : fresh)
+          s.push_back(out.isTensor() || out.isInt() ? c10::IValue(alias(out)) : alias_list(out, alias));
+        return out_op_->redispatchBoxed(kCpuKeys, &s);
+      }
+      call_host(op, s, device);
+      for (size_t j = 0; j < fresh.size(); ++j)
+        if (!fresh[j].isNone()) copy_into(fresh[j], s[j], alias);
+    };
   }
 
   static void copy_into(const c10::IValue& device_out, const c10::IValue& host_result, HostAliases& alias) {
-    if (device_out.isTensor()) {
-      if (device_out.toTensor().defined()) alias(device_out.toTensor()).copy_(host_result.toTensor());
+    if (device_out.isTensor() || device_out.isInt()) {
+      const at::Tensor out = alias(device_out);
+      if (out.defined()) out.copy_(host_result.toTensor());
       return;
     }
-    auto outs = device_out.toTensorList();
+    auto outs = alias_list(device_out, alias).toTensorVector();
     auto results = host_result.toTensorList();
-    for (size_t i = 0; i < outs.size(); ++i) alias(outs[i]).copy_(results[i]);
+    for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(results[i]);
   }
 
   // Runs the out= overload on fixed-size host outputs and checks it reproduces the functional
