@@ -122,3 +122,20 @@ def test_unit_source_hoists_includes_and_renames_each_entry():
     assert 'extern "C"' not in source.split("PyMODINIT_FUNC")[0]
     assert "k1::kernel(arg<float*>(args, 0), arg<float*>(args, 1), arg<int64_t>(args, 2))" in source
     assert source.count("PyInit_kernel") == 1
+
+
+def test_a_modules_kernels_build_in_the_background_and_resolve_at_their_first_call():
+    from torch._inductor.async_compile import AsyncCompile
+    scope: dict = {}
+    with kernel_batch.one_unit():  # as a generated module's load runs it
+        compile_ = AsyncCompile()
+        scope["doubled"] = compile_.cpp_pybinding(ARGTYPES, KERNEL.format(op="* 3.0f"))
+        scope["shifted"] = compile_.cpp_pybinding(ARGTYPES, KERNEL.format(op="+ 5.0f"))
+        compile_.wait(scope)  # starts the unit's build, does not wait for it
+    assert all(isinstance(k, kernel_batch.DeferredKernel) for k in scope.values())
+    x, out = torch.arange(4, dtype=torch.float32), torch.empty(4)
+    scope["doubled"](x, out, 4)
+    torch.testing.assert_close(out, x * 3, rtol=0, atol=0)
+    assert not isinstance(scope["doubled"], kernel_batch.DeferredKernel)  # the built kernel from now on
+    scope["shifted"](x, out, 4)
+    torch.testing.assert_close(out, x + 5, rtol=0, atol=0)
