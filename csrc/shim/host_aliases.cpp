@@ -102,7 +102,7 @@ at::Tensor HostAliases::operator()(const c10::IValue& v) {
 
 at::Tensor HostAliases::recorded(int64_t index) {
   const TensorRecords::Record& r = records_->records_[index];
-  if (r.as_is.defined()) return r.as_is;
+  if (!r.storage) return r.as_is;  // undefined, or of another device
   for (const auto& [impl, alias] : tensors_)
     if (impl == r.tensor) return alias;
   const c10::IntArrayRef sizes(records_->dims_.data() + r.at, r.dim), strides(sizes.end(), r.dim);

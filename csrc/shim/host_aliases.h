@@ -55,7 +55,7 @@ class TensorRecords {
     bool conj, neg;
     uint32_t dim, at;  // sizes at dims_[at], strides after them
     c10::Storage kept;    // memory of no pool, which the kernel keeps alive (as kernel_storage)
-    at::Tensor as_is;     // a tensor of another device (a CPU scalar): passed as it is
+    at::Tensor as_is;     // undefined, or of another device (a CPU scalar): passed as it is
   };
   int64_t take(const at::Tensor& t);
   c10::SmallVector<Record, 4> records_;

@@ -361,7 +361,6 @@ class NativeKernel final : public c10::OperatorKernel {
     return place;
   }
 
-  // Host view of the arguments: device tensors become aliases, generators their CPU twin.
   // Host tensors for a tensor list argument (or its records' indices: TensorRecords).
   static c10::IValue alias_list(const c10::IValue& v, HostAliases& alias) {
     std::vector<at::Tensor> list;
@@ -373,6 +372,7 @@ class NativeKernel final : public c10::OperatorKernel {
     return list;
   }
 
+  // Host view of the arguments: device tensors become aliases, generators their CPU twin.
   torch::jit::Stack host_args(const std::vector<c10::IValue>& args, HostAliases& alias, c10::DeviceIndex device) const {
     torch::jit::Stack s;
     s.reserve(args.size() + 4);

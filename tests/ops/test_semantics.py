@@ -170,6 +170,39 @@ def test_metadata_inplace_after_queued_kernel(meta):
         assert_same(c, d)
 
 
+LIST_CALLS = {
+    # a tensor list (cat) and an index list (Tensor?[]: index, index_put_), each argument's metadata
+    # changed in place right after the launch
+    "cat": lambda a, b, i: torch.cat([a, b]),
+    "index": lambda a, b, i: a[i],
+    "index_put_": lambda a, b, i: a.index_put_((i,), b[:2], accumulate=True),
+}
+
+
+@pytest.mark.parametrize("call", sorted(LIST_CALLS))
+def test_list_arguments_metadata_inplace_after_queued_kernel(call):
+    busy = torch.randn(600, 600, device=DEVICE)
+    results = {}
+    for dev in ("cpu", DEVICE):
+        outs = []
+        for _ in range(2):
+            a = torch.arange(12.0).reshape(3, 4).to(dev)
+            b = (torch.arange(12.0) * 2).reshape(3, 4).to(dev)
+            i = torch.tensor([2, 0]).to(dev)
+            if dev != "cpu":
+                busy @ busy  # keeps the worker busy so the next kernel is still queued
+            out = LIST_CALLS[call](a, b, i)
+            a.t_()
+            b.t_()
+            i.unsqueeze_(0)
+            outs.append((out, a))
+        results[dev] = outs
+    sync()
+    for (c_out, c_a), (d_out, d_a) in zip(results["cpu"], results[DEVICE]):
+        assert_same(c_out, d_out)
+        assert_same(c_a, d_a)
+
+
 # --------------------------------------------------------------------------------------------
 # out= variants
 # --------------------------------------------------------------------------------------------
