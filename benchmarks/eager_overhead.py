@@ -2,10 +2,11 @@
 
 (a) For each small-tensor op: warm up, then time N launches followed by one synchronize,
     R times; report the median time per op on the device and on CPU tensors, and the ratio.
-    The CPU side runs in a process of its own, as a CPU program would: in one process the
-    device worker's OpenMP team and the host's slow each other down.
 (b) One TinyGPT training step (forward + backward + AdamW; batch 8, block 64, default
     config), synchronized at the end of every step: median over the measured steps.
+
+Each side runs in three processes of its own, the sides taking turns (benchmarks/processes.py);
+every figure is the median over its side's three.
 
 Targets: small ops at most 5x the CPU time per op, the training step at most 1.25x.
 
@@ -15,9 +16,7 @@ Targets: small ops at most 5x the CPU time per op, the training step at most 1.2
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
-import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+import processes
 import results
 from torch_neuronx.testing.tiny_gpt import training_step
 
@@ -101,13 +101,12 @@ def measure(device_name: str, launches: int, repeats: int, warmup_steps: int,
     return ops, time_train_step(device, warmup_steps, train_steps)
 
 
-def measure_cpu_apart(*args: int) -> tuple[dict[str, float], float]:
-    """The CPU side, in a process of its own as a CPU program runs: in one process the device
-    worker's OpenMP team and the host's would slow each other (libgomp throttles both when a
-    process has more OpenMP threads than cores), and waiting for the device releases the host's."""
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(measure, "cpu", *args).result()
+def measure_in_turns(turns: int, *args: int) -> dict[str, tuple[dict[str, float], float]]:
+    """Per device, :func:`measure`'s figures as medians over ``turns`` processes."""
+    runs = processes.in_turns(measure, ("cpu", "neuron"), turns, *args)
+    return {name: ({op: statistics.median(r[0][op] for r in figures) for op in figures[0][0]},
+                   statistics.median(r[1] for r in figures))
+            for name, figures in runs.items()}
 
 
 def main() -> None:
@@ -116,14 +115,17 @@ def main() -> None:
     args = parser.parse_args()
     launches, repeats = (50, 3) if args.quick else (200, 15)
     warmup_steps, train_steps = (2, 5) if args.quick else (5, 20)
-    cpu_ops, t_cpu_step = measure_cpu_apart(launches, repeats, warmup_steps, train_steps)
-    device_ops, t_dev_step = measure("neuron", launches, repeats, warmup_steps, train_steps)
+    turns = 1 if args.quick else 3
+    medians = measure_in_turns(turns, launches, repeats, warmup_steps, train_steps)
+    cpu_ops, t_cpu_step = medians["cpu"]
+    device_ops, t_dev_step = medians["neuron"]
     ratios = {name: t / cpu_ops[name] for name, t in device_ops.items()}
     geomean = math.exp(statistics.fmean(math.log(r) for r in ratios.values()))
     worst = max(ratios, key=ratios.get)
     step_ratio = t_dev_step / t_cpu_step
     ops = results.Table(
-        f"(a) Small-tensor operators: median of {repeats} x ({launches} launches + 1 synchronize), per launch",
+        f"(a) Small-tensor operators: median over {turns} processes per device of each one's median of "
+        f"{repeats} x ({launches} launches + 1 synchronize), per launch",
         ["op", "neuron µs", "cpu µs", "neuron/cpu"],
         [[name, f"{t * 1e6:.1f}", f"{cpu_ops[name] * 1e6:.1f}", f"{ratios[name]:.2f}x"]
          for name, t in device_ops.items()]
@@ -131,7 +133,8 @@ def main() -> None:
            [f"**worst** (target ≤ {SMALL_OP_TARGET:g}x: {results.verdict(ratios[worst], SMALL_OP_TARGET)})",
             "", "", f"{ratios[worst]:.2f}x ({worst})"]])
     step = results.Table(
-        f"(b) TinyGPT training step (forward, backward, AdamW; batch 8 x 64): median of {train_steps} "
+        f"(b) TinyGPT training step (forward, backward, AdamW; batch 8 x 64): median over {turns} processes "
+        f"per device of each one's median of {train_steps} "
         f"steps after {warmup_steps} warm-up",
         ["neuron ms", "cpu ms", "neuron/cpu", f"target ≤ {TRAIN_STEP_TARGET:g}x"],
         [[f"{t_dev_step * 1e3:.2f}", f"{t_cpu_step * 1e3:.2f}", f"{step_ratio:.2f}x",

@@ -15,8 +15,6 @@ next, the whole process long. Targets: (a) and (b) at most 1.1x the CPU, (c) col
 """
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import os
 import statistics
 import subprocess
@@ -27,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+import processes
 import results
 from torch_neuronx.testing.tiny_hf import VOCAB, tiny_llama
 
@@ -69,21 +68,11 @@ def eager(device_name: str, warmup: int, repeats: int) -> tuple[float, float]:
     return median_seconds(train_step, sync, warmup, repeats), median_seconds(generate, sync, warmup, repeats)
 
 
-def eager_apart(device_name: str, warmup: int, repeats: int) -> tuple[float, float]:
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(eager, device_name, warmup, repeats).result()
-
-
 def eager_in_turns(turns: int, warmup: int, repeats: int) -> dict[str, tuple[float, float]]:
-    """Per device, the medians over ``turns`` processes of :func:`eager`'s two figures; the CPU and
-    the device take turns."""
-    runs: dict[str, list[tuple[float, float]]] = {"cpu": [], "neuron": []}
-    for _ in range(turns):
-        for device_name, figures in runs.items():
-            figures.append(eager_apart(device_name, warmup, repeats))
-    return {device_name: (statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures))
-            for device_name, figures in runs.items()}
+    """Per device, the medians over ``turns`` processes of :func:`eager`'s two figures."""
+    runs = processes.in_turns(eager, ("cpu", "neuron"), turns, warmup, repeats)
+    return {name: (statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures))
+            for name, figures in runs.items()}
 
 
 COMPILE_STEP = """
