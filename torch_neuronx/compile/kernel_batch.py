@@ -14,7 +14,7 @@ unit that does not build, falls back to Inductor's own per-kernel build.
 
 The build starts when the module is loaded and runs in the background: the module's kernels are
 placeholders until their first call, which waits for it. A compile's forward module builds
-while the backward's Python code is generated (~1 s of a small model's cold compile on two cores).
+while the backward's Python code is generated (~0.5 s of a small model's cold compile on two cores).
 
 The wrappers are installed on Inductor's ``AsyncCompile`` once and act only on the thread that
 is inside :func:`one_unit`: CPU compiles elsewhere in the process are untouched.
