@@ -468,21 +468,15 @@ class NativeKernel final : public c10::OperatorKernel {
       // The kernel works on the tensors as they are now, whatever the caller does to their
       // metadata (squeeze_, t_, as_strided_, ...) before it runs.
       TensorRecords records;
-      std::vector<c10::IValue> fresh;  // per return: the new output, or None for an argument
-      for (size_t j = 0; j < outputs.size(); ++j)
-        fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : records(outputs[j]));
+      std::vector<c10::IValue> fresh = per_return(plan, outputs, records);
       for (auto& arg : args) arg = records(arg);
       launch(device, kernel(op, device, std::move(args), std::move(fresh), plan.use_out, std::move(records)),
              std::move(how));
     } else {
       Snapshots take;  // the segment's compiled kernel takes tensors (adaptive.h)
-      std::vector<c10::IValue> fresh;
-      for (size_t j = 0; j < outputs.size(); ++j)
-        fresh.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : take(outputs[j]));
+      std::vector<c10::IValue> fresh = per_return(plan, outputs, take);
       for (auto& arg : args) arg = take(arg);
-      std::vector<c10::IValue> returned;
-      for (size_t j = 0; j < outputs.size(); ++j)
-        returned.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : outputs[j]);
+      std::vector<c10::IValue> returned = per_return(plan, outputs, [](const c10::IValue& v) { return v; });
       adaptive::submit(device, {.op = op,
                                 .plan = plan.id,
                                 .roles = &roles_,
@@ -494,6 +488,15 @@ class NativeKernel final : public c10::OperatorKernel {
                                 .how = std::move(how)});
     }
     for (auto& out : outputs) stack->push_back(std::move(out));
+  }
+
+  // Per return of `plan`: `f` of its new output, or None for a returned argument.
+  template <typename F>
+  static std::vector<c10::IValue> per_return(const Plan& plan, const std::vector<c10::IValue>& outputs, F&& f) {
+    std::vector<c10::IValue> values;
+    for (size_t j = 0; j < outputs.size(); ++j)
+      values.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : f(outputs[j]));
+    return values;
   }
 
   // The body of a planned call's kernel on its arguments and, per return, its new output (None
