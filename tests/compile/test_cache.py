@@ -291,3 +291,29 @@ def test_the_key_includes_the_build_of_the_extension(monkeypatch):
         monkeypatch.undo()
         cache.backend_version.cache_clear()
     assert cache.backend_version() == before
+
+
+# Inductor's vector ISA probe in a fresh process: with the backend's probe (the candidates'
+# checks side by side when their libraries are not built) or Inductor's own, one after the other.
+ISA_PROBE = """
+import json, sys, torch.utils.cpp_extension
+from torch._inductor import cpu_vec_isa
+from torch_neuronx.compile import cache
+candidates = [isa for isa in cpu_vec_isa.supported_vec_isa_list
+              if all(flag in cpu_vec_isa.x86_isa_checker() for flag in str(isa).split())]
+built = [cache._isa_check_built(isa) for isa in candidates]
+if sys.argv[1] == "backend":
+    cache._probe_isas()
+print(json.dumps({"built": built, "isas": [[str(i), i.build_arch_flags()] for i in cpu_vec_isa.valid_vec_isa_list()]}))
+"""
+
+
+def test_the_isa_probe_finds_what_inductors_own_probe_finds(tmp_path):
+    env = child_env(tmp_path / "cache")
+    backend, inductor = (
+        json.loads(subprocess.run([sys.executable, "-c", ISA_PROBE, probe], env=env, text=True, capture_output=True,
+                                  check=True).stdout)
+        for probe in ("backend", "inductor"))
+    assert backend["isas"] == inductor["isas"]
+    # The first process found nothing built (and checked side by side), the second all of it.
+    assert not any(backend["built"]) and all(inductor["built"])

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +45,45 @@ _FORMAT = "3"  # bump when the entry layout changes
 def _isa_probe() -> threading.Thread:
     # The probe imports setuptools, whose import adds and removes a finder at the front of
     # sys.meta_path; another thread importing at that moment can skip the path finder and fail
-    # with "No module named ...". So that import happens here, on the calling thread.
+    # with "No module named ...". So the probe's imports happen here, on the calling thread.
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.cpu_vec_isa  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
-    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
-    probe = threading.Thread(target=valid_vec_isa_list, name="torch_neuronx-isa-probe", daemon=True)
+    probe = threading.Thread(target=_probe_isas, name="torch_neuronx-isa-probe", daemon=True)
     probe.start()
     return probe
 
 
+def _probe_isas() -> None:
+    """Inductor's ``valid_vec_isa_list``. It checks its candidates one after the other, each by
+    building a test library (kept in Inductor's cache) and loading it in a subprocess. When the
+    libraries are not built yet (on x86 with AVX-512: six ``g++`` runs, ~7 s of one core) the
+    candidates are checked side by side first; each check is cached on its candidate. When they
+    are, the loads (~1.2 s) run one after the other: in parallel they only take the cores from
+    Dynamo's tracing, which lasts longer than they do."""
+    from torch._inductor import cpu_vec_isa
+    cpu_flags = cpu_vec_isa.x86_isa_checker()
+    candidates = [isa for isa in cpu_vec_isa.supported_vec_isa_list
+                  if cpu_flags and all(flag in cpu_flags for flag in str(isa).split())]
+    if len(candidates) > 1 and not _isa_check_built(candidates[0]):
+        with ThreadPoolExecutor(min(len(candidates), os.cpu_count() or 1)) as pool:
+            list(pool.map(bool, candidates))
+    cpu_vec_isa.valid_vec_isa_list()
+
+
+def _isa_check_built(isa: Any) -> bool:
+    """Whether Inductor's cache has the test library of ``isa``'s check (as ``VecISA.check_build``
+    names it)."""
+    from torch._inductor import codecache, cpu_vec_isa
+    _, source = codecache.write(cpu_vec_isa.VecISA._avx_code, "cpp",
+                                extra=cpu_vec_isa._get_isa_dry_compile_fingerprint(isa.build_arch_flags()))
+    return Path(source).with_suffix(".so").exists()
+
+
 def start_isa_probe() -> None:
-    """Inductor probes the host's vector instruction sets once per process (building and loading
-    a test library per candidate in subprocesses, ~1.2 s) when it first builds or loads a kernel.
-    Started when the backend is named, the probe waits on its subprocesses while Dynamo and
-    AOTAutograd trace, instead of adding to a warm start."""
+    """Inductor probes the host's vector instruction sets once per process, when it first builds
+    or loads a kernel (:func:`_probe_isas`). Started when the backend is named, the probe runs
+    while Dynamo and AOTAutograd trace instead of adding to the compile."""
     _isa_probe()
 
 
