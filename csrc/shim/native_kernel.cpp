@@ -834,6 +834,16 @@ void register_native_op(const std::string& op, bool sync, const std::string& out
   library().impl(op.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
 }
 
+at::Tensor clone_as_planned_call(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format) {
+  // Not in the registry: the dispatcher's aten::clone is tensor_kernels.cpp's.
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "");
+  static const auto out_op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "out");
+  static auto* kernel = new NativeKernel(op, /*sync=*/false, out_op, /*bool_index_sync=*/false);
+  torch::jit::Stack stack{self, memory_format};
+  (*kernel)(op, kNeuronKeys, &stack);
+  return stack.back().toTensor();
+}
+
 void set_retry_failed_kernels_on_cpu(bool retry) { retry_on_cpu = retry; }
 
 void inject_fault(const std::string& op, int count) {

@@ -11,14 +11,17 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/clone_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <torch/library.h>
 
+#include "adaptive.h"
 #include "allocator.h"
 #include "device.h"
 #include "host_aliases.h"
 #include "launch.h"
+#include "native_kernel.h"
 #include "op_tracking.h"
 #include "profiler.h"
 
@@ -106,6 +109,17 @@ at::Tensor& set_empty(at::Tensor& self) {
   const c10::DeviceGuard guard(self.device());
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, allocator(), true);
   return at::cpu::set_(self, storage, 0, {0}, {});
+}
+
+// Under adaptive eager a clone (contiguous, reshape of a transposed tensor) is a planned call
+// that a segment holds like the operators around it; otherwise, as PyTorch composes it, a new
+// tensor and a copy into it (a copy ends a segment, and a fused kernel cannot take a tensor
+// made inside it by anything but a call).
+at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format) {
+  const auto dtype = self.scalar_type();
+  if (adaptive::enabled() && !self.is_neg() && (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16))
+    return clone_as_planned_call(self, memory_format);
+  return at::native::clone(self, memory_format);
 }
 
 // Copies between host and device, or between cores. Host to device stages the source so
@@ -227,6 +241,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_", set_empty);
+  m.impl("clone", clone);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);

@@ -98,6 +98,28 @@ def test_results_keep_layout_dtype_and_views(adaptive):
     assert torch_neuronx.get_adaptive_metrics()["fused_launches"] >= 1
 
 
+@pytest.mark.parametrize("memory_format", [torch.preserve_format, torch.contiguous_format, torch.channels_last])
+def test_clones_join_segments_with_eagers_layouts(adaptive, memory_format):
+    # A clone (contiguous, reshape of a transposed tensor) is a call of the segment, not a copy
+    # that ends it: the whole program below is one fused kernel.
+    x = torch.randn(2, 3, 4, 5)
+    dx = x.to(DEVICE)
+
+    def program(t):
+        a = (t * 2).transpose(1, 3)
+        b = a.clone(memory_format=memory_format) + 1
+        return b, b.relu().contiguous().reshape(2, -1) * 3, (-a)._neg_view().clone()
+
+    expected = program(x)
+    before = torch_neuronx.get_adaptive_metrics()["fused_launches"]
+    for got in run_until_fused(lambda: [r.cpu() for r in program(dx)]):
+        for e, r in zip(expected, got):
+            torch.testing.assert_close(r, e)
+            assert (r.dtype, r.shape, r.stride()) == (e.dtype, e.shape, e.stride())
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["fused_launches"] > before and metrics["calls_held_then_single"] == 0, metrics
+
+
 def train(model: nn.Module, x: torch.Tensor, steps: int, *, lr_schedule: bool) -> tuple[list[float], nn.Module]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9) if lr_schedule else None

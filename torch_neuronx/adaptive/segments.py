@@ -356,6 +356,7 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
         examples = graph.example_inputs()
         gm = make_fx(torch.func.functionalize(graph.replay, remove="mutations_and_views"),
                      select_decomp_table(), tracing_mode="real")(*examples)
+    _strided_reads_as_views(gm)
     with cache.inductor_caches(settings.cache_dir()), fake_mode:
         try:
             with torch._inductor.config.patch(cpp_wrapper=True, **_SEGMENT_KERNELS), _wrapper_unbuilt():
@@ -370,6 +371,18 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
         raise Unsupported("the generated code holds tensor constants")
     return {"source": source, "input_refs": graph.input_refs, "outputs": graph.outputs,
             "runtime_values": graph.runtime_values, "summary": _summary(graph.ops)}
+
+
+def _strided_reads_as_views(gm: torch.fx.GraphModule) -> None:
+    """The replay reads tensors through ``as_strided`` in the layouts the device's kernels gave
+    them; functionalized, those reads are ``as_strided_copy``. Inductor makes the input of an
+    ``as_strided`` keep its traced strides, not the input of an ``as_strided_copy``: a result it
+    laid out otherwise (its ``clone`` ignores ``memory_format``) was read in the wrong order. The
+    graph mutates nothing but its outputs, at its end, so the reads can be views."""
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.aten.as_strided_copy.default:
+            node.target = torch.ops.aten.as_strided.default
+    gm.recompile()
 
 
 # Inductor parallelizes every loop of 512 elements per thread or more. A segment's kernels run on
