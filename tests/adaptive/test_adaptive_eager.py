@@ -101,7 +101,8 @@ def test_results_keep_layout_dtype_and_views(adaptive):
 @pytest.mark.parametrize("memory_format", [torch.preserve_format, torch.contiguous_format, torch.channels_last])
 def test_clones_join_segments_with_eagers_layouts(adaptive, memory_format):
     # A clone (contiguous, reshape of a transposed tensor) is a call of the segment, not a copy
-    # that ends it: the whole program below is one fused kernel.
+    # that ends it; a negative view's clone stays a copy. The fused graph reads the contiguous
+    # clone through a view in the layout eager gave it.
     x = torch.randn(2, 3, 4, 5)
     dx = x.to(DEVICE)
 

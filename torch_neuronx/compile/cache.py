@@ -72,8 +72,8 @@ def _probe_isas() -> None:
 
 
 def _isa_check_built(isa: Any) -> bool:
-    """Whether Inductor's cache has the test library of ``isa``'s check (as ``VecISA.check_build``
-    names it)."""
+    """Whether Inductor's cache has the test library of ``isa``'s check (named, and its source
+    written, as ``VecISA.check_build`` does)."""
     from torch._inductor import codecache, cpu_vec_isa
     _, source = codecache.write(cpu_vec_isa.VecISA._avx_code, "cpp",
                                 extra=cpu_vec_isa._get_isa_dry_compile_fingerprint(isa.build_arch_flags()))
