@@ -834,14 +834,38 @@ void register_native_op(const std::string& op, bool sync, const std::string& out
   library().impl(op.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
 }
 
-at::Tensor clone_as_planned_call(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format) {
-  // Not in the registry: the dispatcher's aten::clone is tensor_kernels.cpp's.
-  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "");
-  static const auto out_op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::clone", "out");
-  static auto* kernel = new NativeKernel(op, /*sync=*/false, out_op, /*bool_index_sync=*/false);
-  torch::jit::Stack stack{self, memory_format};
+namespace {
+
+// Runs `stack` through a native kernel of `op` made for the call (not in the registry: the
+// dispatcher's kernel for `op` is tensor_kernels.cpp's, which calls this) and returns its result.
+at::Tensor planned_call(const char* name, const char* out_overload, torch::jit::Stack stack) {
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+  std::optional<c10::OperatorHandle> out_op;
+  if (*out_overload) out_op = c10::Dispatcher::singleton().findSchemaOrThrow(name, out_overload);
+  static std::mutex mu;
+  static std::unordered_map<std::string, NativeKernel*> kernels;
+  NativeKernel* kernel;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& k = kernels[name];
+    if (!k) k = new NativeKernel(op, /*sync=*/false, out_op, /*bool_index_sync=*/false);
+    kernel = k;
+  }
   (*kernel)(op, kNeuronKeys, &stack);
   return stack.back().toTensor();
+}
+
+}  // namespace
+
+at::Tensor clone_as_planned_call(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format) {
+  return planned_call("aten::clone", "out", {self, memory_format});
+}
+
+at::Tensor cast_as_planned_call(const at::Tensor& self, c10::ScalarType dtype, bool non_blocking,
+                                std::optional<c10::MemoryFormat> memory_format) {
+  // _to_copy's out= overload takes no dtype: the kernel casts on the host and copies the result in.
+  const c10::IValue none;
+  return planned_call("aten::_to_copy", "", {self, dtype, none, none, none, non_blocking, memory_format});
 }
 
 void set_retry_failed_kernels_on_cpu(bool retry) { retry_on_cpu = retry; }

@@ -16,9 +16,12 @@ namespace torch_neuronx {
 // with boolean index tensors are data-dependent (aten::index.Tensor).
 void register_native_op(const std::string& op, bool sync, const std::string& out_overload, bool bool_index_sync);
 
-// self.clone(memory_format) as a planned call of aten::clone's native kernel, which adaptive
-// eager may hold in a segment (tensor_kernels.cpp's clone routes there while the mode is on).
+// self.clone(memory_format) and a cast of self to `dtype` on its core, as planned calls of the
+// native kernels of aten::clone and aten::_to_copy, which adaptive eager may hold in a segment
+// (tensor_kernels.cpp's clone and _to_copy route there while the mode is on).
 at::Tensor clone_as_planned_call(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format);
+at::Tensor cast_as_planned_call(const at::Tensor& self, c10::ScalarType dtype, bool non_blocking,
+                                std::optional<c10::MemoryFormat> memory_format);
 
 // The operator's name as users see it ("aten::add.Tensor").
 std::string full_name(const c10::OperatorName& name);

@@ -11,6 +11,7 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <ATen/ops/clone_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -111,15 +112,30 @@ at::Tensor& set_empty(at::Tensor& self) {
   return at::cpu::set_(self, storage, 0, {0}, {});
 }
 
-// Under adaptive eager a clone (contiguous, reshape of a transposed tensor) is a planned call
-// that a segment holds like the operators around it; otherwise, as PyTorch composes it, a new
-// tensor and a copy into it (a copy ends a segment, and a fused kernel cannot take a tensor
-// made inside it by anything but a call).
+// Under adaptive eager a clone (contiguous, reshape of a transposed tensor) and a cast between
+// float32, bfloat16 and float16 on one core are planned calls that a segment holds like the
+// operators around them; otherwise, as PyTorch composes them, a new tensor and a copy into it (a
+// copy ends a segment, and a fused kernel cannot take a tensor made inside it by anything but a
+// call).
+bool fusable_float(c10::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
+}
+
 at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format) {
-  const auto dtype = self.scalar_type();
-  if (adaptive::enabled() && !self.is_neg() && (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16))
+  if (adaptive::enabled() && !self.is_neg() && fusable_float(self.scalar_type()))
     return clone_as_planned_call(self, memory_format);
   return at::native::clone(self, memory_format);
+}
+
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format) {
+  const auto target = dtype.value_or(self.scalar_type());
+  if (adaptive::enabled() && !self.is_neg() && fusable_float(self.scalar_type()) && fusable_float(target) &&
+      layout.value_or(at::kStrided) == at::kStrided && device.value_or(self.device()) == self.device() &&
+      !pin_memory.value_or(false))
+    return cast_as_planned_call(self, target, non_blocking, memory_format);
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
 }
 
 // Copies between host and device, or between cores. Host to device stages the source so
@@ -242,6 +258,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_", set_empty);
   m.impl("clone", clone);
+  m.impl("_to_copy", to_copy);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);

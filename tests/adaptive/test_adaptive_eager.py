@@ -121,6 +121,26 @@ def test_clones_join_segments_with_eagers_layouts(adaptive, memory_format):
     assert metrics["fused_launches"] > before and metrics["calls_held_then_single"] == 0, metrics
 
 
+def test_casts_join_segments(adaptive):
+    # Casts between float32, bfloat16 and float16 (as autocast makes them) are calls of the
+    # segment, not copies that end it; other casts stay copies.
+    x = torch.randn(16, 32)
+    dx = x.to(DEVICE)
+
+    def program(t):
+        h = (t * 2).to(torch.bfloat16).relu()
+        return h, (h.float() + 1).half() * 3, (t > 0).to(torch.float32) + h.to(torch.float16, copy=True)
+
+    expected = program(x)
+    bf16 = {"rtol": 1.6e-2, "atol": 1e-5}  # fused code keeps bfloat16 intermediates in float32
+    for got in run_until_fused(lambda: [r.cpu() for r in program(dx)]):
+        for e, r in zip(expected, got):
+            torch.testing.assert_close(r, e, **bf16)
+            assert (r.dtype, r.shape, r.stride()) == (e.dtype, e.shape, e.stride())
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["fused_launches"] >= 1 and metrics["calls_held_then_single"] == 0, metrics
+
+
 def train(model: nn.Module, x: torch.Tensor, steps: int, *, lr_schedule: bool) -> tuple[list[float], nn.Module]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9) if lr_schedule else None
