@@ -836,36 +836,38 @@ void register_native_op(const std::string& op, bool sync, const std::string& out
 
 namespace {
 
-// Runs `stack` through a native kernel of `op` made for the call (not in the registry: the
-// dispatcher's kernel for `op` is tensor_kernels.cpp's, which calls this) and returns its result.
-at::Tensor planned_call(const char* name, const char* out_overload, torch::jit::Stack stack) {
-  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
-  std::optional<c10::OperatorHandle> out_op;
-  if (*out_overload) out_op = c10::Dispatcher::singleton().findSchemaOrThrow(name, out_overload);
-  static std::mutex mu;
-  static std::unordered_map<std::string, NativeKernel*> kernels;
-  NativeKernel* kernel;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto& k = kernels[name];
-    if (!k) k = new NativeKernel(op, /*sync=*/false, out_op, /*bool_index_sync=*/false);
-    kernel = k;
+// The native kernel of one operator for calls tensor_kernels.cpp routes here. Not in the
+// registry: the dispatcher's kernel for the operator is tensor_kernels.cpp's.
+struct PlannedCall {
+  PlannedCall(const char* name, const char* out_overload)
+      : op(c10::Dispatcher::singleton().findSchemaOrThrow(name, "")),
+        kernel(op, /*sync=*/false,
+               *out_overload ? std::optional(c10::Dispatcher::singleton().findSchemaOrThrow(name, out_overload))
+                             : std::nullopt,
+               /*bool_index_sync=*/false) {}
+
+  at::Tensor operator()(torch::jit::Stack stack) {
+    kernel(op, kNeuronKeys, &stack);
+    return stack.back().toTensor();
   }
-  (*kernel)(op, kNeuronKeys, &stack);
-  return stack.back().toTensor();
-}
+
+  c10::OperatorHandle op;
+  NativeKernel kernel;
+};
 
 }  // namespace
 
 at::Tensor clone_as_planned_call(const at::Tensor& self, std::optional<c10::MemoryFormat> memory_format) {
-  return planned_call("aten::clone", "out", {self, memory_format});
+  static auto* call = new PlannedCall("aten::clone", "out");
+  return (*call)({self, memory_format});
 }
 
 at::Tensor cast_as_planned_call(const at::Tensor& self, c10::ScalarType dtype, bool non_blocking,
                                 std::optional<c10::MemoryFormat> memory_format) {
   // _to_copy's out= overload takes no dtype: the kernel casts on the host and copies the result in.
+  static auto* call = new PlannedCall("aten::_to_copy", "");
   const c10::IValue none;
-  return planned_call("aten::_to_copy", "", {self, dtype, none, none, none, non_blocking, memory_format});
+  return (*call)({self, dtype, none, none, none, non_blocking, memory_format});
 }
 
 void set_retry_failed_kernels_on_cpu(bool retry) { retry_on_cpu = retry; }
