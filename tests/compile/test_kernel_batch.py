@@ -66,6 +66,36 @@ extern "C"  void  kernel(float* out_ptr0)
 }
 """
 ARGTYPES = ["const float*", "float*", "const int64_t"]
+VECTOR_WIDTH = """
+#include <torch/csrc/inductor/cpp_prefix.h>
+extern "C"  void  kernel(float* out_ptr0)
+{
+    out_ptr0[0] = static_cast<float>(at::vec::Vectorized<float>::size());
+}
+"""
+# A model compiled with the user's Inductor settings (thread-local), its RMSNorm's loops vectorised.
+WITH_SIMDLEN_256 = """
+import torch, torch_neuronx
+
+def f(x, w):
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w).square().mean()
+
+torch.manual_seed(0)
+x, w = torch.randn(16, 520), torch.randn(520, requires_grad=True)
+expected = f(x, w)
+expected.backward()
+wn = w.detach().to("neuron").requires_grad_()
+with torch._inductor.config.patch({"cpp.simdlen": 256}):
+    got = torch.compile(f, backend="neuron")(x.to("neuron"), wn)
+    got.backward()
+torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)  # fused fp32: another order
+torch.testing.assert_close(wn.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
+"""
+
+
+def isa_widths() -> set[int]:
+    from torch._inductor import cpu_vec_isa
+    return {isa.bit_width() for isa in cpu_vec_isa.valid_vec_isa_list()}
 
 
 def inductor_register(argtypes: list[str], source: str):
@@ -113,6 +143,30 @@ def test_outside_the_context_inductor_builds_kernels_itself():
     x, out = torch.arange(4, dtype=torch.float32), torch.empty(4)
     (kernel.result() if hasattr(kernel, "result") else kernel)(x, out, 4)
     torch.testing.assert_close(out, x - 1, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not {256, 512} <= isa_widths(), reason="needs a CPU with AVX2 and AVX-512")
+def test_a_unit_builds_for_the_vector_isa_its_kernels_were_generated_for():
+    # The unit builds on another thread; Inductor's settings are per thread. Built for AVX-512,
+    # kernels generated for AVX2 (cpp.simdlen=256) would step 8 floats and store 16.
+    from torch._inductor import config
+    with config.patch({"cpp.simdlen": 256}):
+        batch = kernel_batch.Batch(inductor_register)
+        pending = batch.add(["float*"], VECTOR_WIDTH)
+        batch.start()
+    out = torch.zeros(1)
+    pending.result()(out)
+    assert out.item() == 8  # floats in an AVX2 vector
+
+
+@pytest.mark.skipif(not {256, 512} <= isa_widths(), reason="needs a CPU with AVX2 and AVX-512")
+def test_a_model_compiled_with_a_narrower_simdlen_matches_the_cpu(tmp_path):
+    # In a child process: kernels built for the wrong ISA corrupt the heap (the process aborts).
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
+    done = subprocess.run([sys.executable, "-c", WITH_SIMDLEN_256], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_unit_source_hoists_includes_and_renames_each_entry():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import logging
 import re
@@ -100,9 +101,12 @@ class Batch:
         return PendingKernel(self, len(self.kernels) - 1)
 
     def start(self) -> None:
-        """Build in the background; ``functions()`` waits for it."""
+        """Build in the background; ``functions()`` waits for it. The build sees this thread's
+        Inductor configuration (thread-local: a context variable per setting), the one the kernels
+        were generated with: built with another vector ISA than ``cpp.simdlen`` chose for their code,
+        AVX2 kernels would load and store AVX-512 vectors past their buffers' ends."""
         if not self.started:
-            self._building = _builder().submit(self._build)
+            self._building = _builder().submit(contextvars.copy_context().run, self._build)
 
     def functions(self) -> list[Callable[..., Any]]:
         if self._functions is None:
