@@ -23,10 +23,11 @@ import os
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch._library.utils import lookup_op
@@ -469,13 +470,15 @@ class _CompileProcess:
 
     def __init__(self) -> None:
         self.process: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None  # its stderr (compiler output), for the reason it died
 
     def compile(self, description: dict[str, Any]) -> tuple[str, Any]:
         if self.process is None or self.process.poll() is not None:
             env = {**os.environ, "TORCH_NEURONX_EAGER_MODE": "eager"}
+            self.log = tempfile.TemporaryFile()
             self.process = subprocess.Popen([sys.executable, "-m", "torch_neuronx.adaptive.compile_worker"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, env=env)
+                                            stderr=self.log, env=env)
         try:
             write_message(self.process.stdin, description)
             answer = read_message(self.process.stdout)
@@ -485,15 +488,24 @@ class _CompileProcess:
         else:
             reason = "the compile process exited"
         if answer is None:
+            reason += self.last_words()
             self.stop()
             return "error", reason
         return answer
+
+    def last_words(self) -> str:
+        """The last line the process wrote to stderr (its exception, when it raised one)."""
+        self.log.seek(0, os.SEEK_END)
+        self.log.seek(max(0, self.log.tell() - 2000))
+        lines = self.log.read().decode(errors="replace").strip().splitlines()
+        return f": {lines[-1]}" if lines else ""
 
     def stop(self) -> None:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
             self.process = None
+            self.log.close()
 
 
 _process = _CompileProcess()
