@@ -9,13 +9,15 @@ Two training loops, each step ending with ``loss.item()`` as a logging loop does
 
 Each loop runs in three modes on identically initialized models: plain eager, adaptive eager
 (``torch_neuronx.eager_mode("adaptive")``) and the model and optimizer step compiled with
-``torch.compile(backend="neuron")``, each mode in a process of its own, one after the other (in
-one process, the compiled graphs' compute threads and the device worker's slow each other down,
-which would charge one mode for another). Warm-up: adaptive trains until a step runs a fused
-kernel (the steps and compile seconds that took are reported: compiles run in the background
-while it trains), then until its compiles are done; compiled runs until compiled. The figure is
-the median over three processes per mode (the modes take turns) of each one's median over
-rounds of the time per step.
+``torch.compile(backend="neuron")``, each mode in a process of its own (in one process, the
+compiled graphs' compute threads and the device worker's slow each other down, which would
+charge one mode for another). Warm-up, one process after the other: adaptive trains until a step
+runs a fused kernel (the steps and compile seconds that took are reported: compiles run in the
+background while it trains), then until its compiles are done; compiled runs until compiled.
+Then the modes take turns, a round of steps each, the others waiting idle: two-thread kernels
+on the development machine change speed in phases of seconds to minutes (benchmarks/processes.py),
+and a turn's rounds run within seconds of each other. Figures: the median over rounds of each
+mode's time per step; ratios, the median over turns of the ratio within a turn.
 
 Targets (issue "adaptive eager"): (a) adaptive at least 1.3x faster than eager, (b) never slower
 than eager, and on both at least 80% of the compiled speed.
@@ -25,21 +27,19 @@ than eager, and on both at least 80% of the compiled speed.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import processes
 import results
 import torch_neuronx
 from torch_neuronx.adaptive import segments
@@ -49,6 +49,7 @@ SPEEDUP_TARGET = 1.3  # (a) adaptive vs eager
 NOT_SLOWER = 1.0  # (b)
 OF_COMPILED_TARGET = 0.8  # both: compiled time / adaptive time
 MODES = ("eager", "adaptive", "compiled")
+ROUNDS = 15
 
 
 class RMSNorm(nn.Module):
@@ -133,62 +134,62 @@ def warm_up(step: Callable[[], float], mode: str, budget_s: float) -> tuple[int,
 WORKLOADS = {"swiglu": swiglu_stack, "gpt": tiny_gpt}
 
 
-def measure(workload: str, mode: str, quick: bool) -> dict[str, float | int]:
-    """One mode of one workload, in this process: ms per step (median over rounds) and, for
-    adaptive, its warm-up and what it fused."""
+def rounds_of(mode: str, workload: str, quick: bool) -> tuple[dict[str, float | int], Callable[[], dict]]:
+    """One mode of one workload in this process, warmed up: its warm-up figures, and a function
+    that times one round of steps (ms per step) and reads the adaptive counters after it."""
     step = WORKLOADS[workload](mode, quick)
     if mode == "adaptive":
         torch_neuronx.set_eager_mode("adaptive")
     warm_steps, compile_s = warm_up(step, mode, 30 if quick else 120)
-    rounds, per_round = (2, 5) if quick else (7, 30)
-    samples = []
-    for _ in range(rounds):
-        time.sleep(0.05)
+    per_round = 5 if quick else 30
+
+    def run_round() -> dict[str, float | int]:
+        before = torch_neuronx.get_adaptive_metrics()
         start = time.perf_counter()
         for _ in range(per_round):
             step()
-        samples.append((time.perf_counter() - start) / per_round)
-    metrics = torch_neuronx.get_adaptive_metrics()
-    return {"ms": statistics.median(samples) * 1e3, "warmup_steps": warm_steps, "compile_s": compile_s,
-            "fused_launches": metrics["fused_launches"], "calls_fused": metrics["calls_fused"]}
+        ms = (time.perf_counter() - start) / per_round * 1e3
+        after = torch_neuronx.get_adaptive_metrics()
+        return {"ms": ms, **{k: (after[k] - before[k]) / per_round for k in ("fused_launches", "calls_fused")}}
+
+    return {"warmup_steps": warm_steps, "compile_s": compile_s}, run_round
 
 
-def measure_apart(workload: str, quick: bool) -> dict[str, float | int]:
-    """Every mode of a workload, each in processes of its own, the modes taking turns (the
-    machine's speed drifts): the median over the processes of each one's time per step."""
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
-    r: dict[str, float | int] = {}
-    caches = tempfile.mkdtemp(prefix="adaptive_eager_bench_")  # the first processes start cold
-    env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": os.path.join(caches, "neuron"),
-           "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor")}
-    for _ in range(1 if quick else 3):
-        for mode in MODES:
-            out = subprocess.run([sys.executable, __file__, "--measure", workload, mode,
-                                  *(["--quick"] if quick else [])], capture_output=True, text=True, check=True,
-                                 env=env).stdout
-            m = json.loads(out.strip().splitlines()[-1])
-            times[mode].append(m["ms"])
-            if mode == "adaptive" and "warmup_steps" not in r:  # the first process: cold caches
-                r.update({k: m[k] for k in ("warmup_steps", "compile_s", "fused_launches", "calls_fused")})
-    shutil.rmtree(caches, ignore_errors=True)
-    r.update({f"{mode}_ms": statistics.median(times[mode]) for mode in MODES})
-    r["speedup"] = r["eager_ms"] / r["adaptive_ms"]
-    r["of_compiled"] = r["compiled_ms"] / r["adaptive_ms"]
-    return r
+def measure_interleaved(workload: str, quick: bool) -> dict[str, float | int]:
+    """Every mode of a workload in a process of its own, the modes taking turns round by round:
+    the median per mode of the rounds' ms per step, and the median over turns of the ratio of
+    each mode's round to the adaptive round of the same turn (measured seconds apart)."""
+    caches = tempfile.mkdtemp(prefix="adaptive_eager_bench_")  # the adaptive warm-up starts cold
+    try:
+        # The mode processes inherit the environment when they start.
+        with mock.patch.dict(os.environ, {"TORCH_NEURONX_NEFF_CACHE_DIR": os.path.join(caches, "neuron"),
+                                          "TORCHINDUCTOR_CACHE_DIR": os.path.join(caches, "inductor")}):
+            infos, rounds = processes.interleaved(rounds_of, MODES, 3 if quick else ROUNDS, workload, quick)
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+    ms = {mode: [r["ms"] for r in rounds[mode]] for mode in MODES}
+    fused = {k: statistics.median(r[k] for r in rounds["adaptive"]) for k in ("fused_launches", "calls_fused")}
+    print(workload, {mode: [round(t, 1) for t in ms[mode]] for mode in MODES},
+          [r["fused_launches"] for r in rounds["adaptive"]], flush=True)
+    return {**infos["adaptive"], **fused,
+            **{f"{mode}_ms": statistics.median(ms[mode]) for mode in MODES},
+            "speedup": statistics.median(paired_ratios(ms["eager"], ms["adaptive"])),
+            "of_compiled": statistics.median(paired_ratios(ms["compiled"], ms["adaptive"]))}
+
+
+def paired_ratios(numerators: list[float], denominators: list[float]) -> list[float]:
+    """Round i of one mode over round i of the other (the turns put them next to each other)."""
+    return [n / d for n, d in zip(numerators, denominators, strict=True)]
 
 
 def main() -> None:
     args = results.parser(__doc__)
     args.add_argument("--quick", action="store_true", help="small shapes and few steps (smoke test)")
-    args.add_argument("--measure", nargs=2, metavar=("WORKLOAD", "MODE"), help=argparse.SUPPRESS)
     opts = args.parse_args()
-    if opts.measure:
-        print(json.dumps(measure(*opts.measure, opts.quick)))
-        return
     workloads = {"swiglu": ("RMSNorm + SwiGLU stack, AdamW", SPEEDUP_TARGET), "gpt": ("TinyGPT train step", NOT_SLOWER)}
     rows, figures = [], {}
     for key, (name, target) in workloads.items():
-        r = measure_apart(key, opts.quick)
+        r = measure_interleaved(key, opts.quick)
         print(name, r, flush=True)
         rows.append([name, f"{r['eager_ms']:.1f}", f"{r['adaptive_ms']:.1f}", f"{r['compiled_ms']:.1f}",
                      f"{r['speedup']:.2f}x ({results.verdict(target, r['speedup'])})",
@@ -198,8 +199,9 @@ def main() -> None:
         figures.update({f"{key}_speedup": f"{r['speedup']:.2f}x", f"{key}_of_compiled": f"{r['of_compiled']:.0%}",
                         f"{key}_warmup_steps": str(r["warmup_steps"])})
     table = results.Table(
-        "Training step, ms (each mode in 3 processes taking turns, each the median of 7 rounds of 30 steps; "
-        "each step ends with loss.item()); warm-up: the first adaptive process, caches cold",
+        f"Training step, ms (one process per mode, the modes taking turns for {ROUNDS} rounds of 30 steps; "
+        "medians over rounds, ratios the medians of each round's ratio; each step ends with loss.item()); "
+        "warm-up: the adaptive process, caches cold",
         ["workload", "eager", "adaptive", "compiled", "adaptive vs eager", "of compiled speed",
          "adaptive warm-up", "calls per fused launch"], rows)
     results.publish(__file__, [table], figures, opts.out)
