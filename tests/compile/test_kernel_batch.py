@@ -36,15 +36,20 @@ print(kernels, len(glob.glob(cache + "/**/*.main.so", recursive=True)))
 """
 
 
-def test_a_compiled_graphs_kernels_build_as_one_library_per_module(tmp_path):
+def run_with_fresh_caches(script: str, tmp_path) -> str:
+    """``script`` in a new Python process with empty compile caches under ``tmp_path``: its stdout."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
            "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
-    done = subprocess.run([sys.executable, "-c", COMPILED_STEP], env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    kernels, libraries = map(int, done.stdout.split()[-2:])
+    return done.stdout
+
+
+def test_a_compiled_graphs_kernels_build_as_one_library_per_module(tmp_path):
+    out = run_with_fresh_caches(COMPILED_STEP, tmp_path)
+    kernels, libraries = map(int, out.split()[-2:])
     # The forward's and the backward's modules: one library each, for their two kernels each.
-    assert kernels == 4 and libraries == 2, done.stdout
+    assert kernels == 4 and libraries == 2, out
 
 
 KERNEL = """
@@ -162,11 +167,7 @@ def test_a_unit_builds_for_the_vector_isa_its_kernels_were_generated_for():
 @pytest.mark.skipif(not {256, 512} <= isa_widths(), reason="needs a CPU with AVX2 and AVX-512")
 def test_a_model_compiled_with_a_narrower_simdlen_matches_the_cpu(tmp_path):
     # In a child process: kernels built for the wrong ISA corrupt the heap (the process aborts).
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
-    done = subprocess.run([sys.executable, "-c", WITH_SIMDLEN_256], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_with_fresh_caches(WITH_SIMDLEN_256, tmp_path)
 
 
 def test_unit_source_hoists_includes_and_renames_each_entry():
