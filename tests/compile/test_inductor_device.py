@@ -83,6 +83,15 @@ def test_graphs_run_as_neuron_executables_and_cpu_compiles_are_untouched():
     assert torch_neuronx.get_dynamo_metrics()["executables_compiled"] == before + 1
 
 
+def test_a_graphs_compile_sees_the_callers_inductor_settings():
+    # The graph compiles on a thread of its own; Inductor's settings are per thread.
+    from torch._inductor import config
+
+    from torch_neuronx.compile import inductor_device
+    with config.patch({"cpp.simdlen": 256}):
+        assert inductor_device._on_fresh_thread(lambda: config.cpp.simdlen) == 256
+
+
 CHILD = """
 import torch, torch_neuronx
 x = torch.arange(12.0).reshape(3, 4)

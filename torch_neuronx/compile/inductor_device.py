@@ -17,6 +17,7 @@ runs a pass), so that ``import torch`` does not pay for Inductor.
 from __future__ import annotations
 
 import base64
+import contextvars
 import copy
 import functools
 import io
@@ -114,12 +115,14 @@ def _on_fresh_thread(function: Any, *args: Any) -> Any:
     """``function(*args)`` on a thread of its own, waited for. The op's kernel runs inside the
     dispatcher, below the keys its caller went through (and under its caller's dispatch modes):
     compiling traces, and tracing must see none of that (factory functions such as ``arange``
-    would escape the fake tensor mode)."""
+    would escape the fake tensor mode). The caller's Python context goes along: Inductor's
+    settings are thread-local (context variables), and the user's apply to this compile too."""
     result: dict[str, Any] = {}
+    context = contextvars.copy_context()
 
     def run() -> None:
         try:
-            result["value"] = function(*args)
+            result["value"] = context.run(function, *args)
         except BaseException as error:  # re-raised on the calling thread
             result["error"] = error
 
