@@ -103,6 +103,9 @@ def isa_widths() -> set[int]:
     return {isa.bit_width() for isa in cpu_vec_isa.valid_vec_isa_list()}
 
 
+needs_avx2_and_avx512 = pytest.mark.skipif(not {256, 512} <= isa_widths(), reason="needs a CPU with AVX2 and AVX-512")
+
+
 def inductor_register(argtypes: list[str], source: str):
     """Inductor's own per-kernel build (outside ``one_unit``), as a batch's fallback."""
     from torch._inductor.async_compile import AsyncCompile
@@ -150,7 +153,7 @@ def test_outside_the_context_inductor_builds_kernels_itself():
     torch.testing.assert_close(out, x - 1, rtol=0, atol=0)
 
 
-@pytest.mark.skipif(not {256, 512} <= isa_widths(), reason="needs a CPU with AVX2 and AVX-512")
+@needs_avx2_and_avx512
 def test_a_unit_builds_for_the_vector_isa_its_kernels_were_generated_for():
     # The unit builds on another thread; Inductor's settings are per thread. Built for AVX-512,
     # kernels generated for AVX2 (cpp.simdlen=256) would step 8 floats and store 16.
@@ -164,7 +167,7 @@ def test_a_unit_builds_for_the_vector_isa_its_kernels_were_generated_for():
     assert out.item() == 8  # floats in an AVX2 vector
 
 
-@pytest.mark.skipif(not {256, 512} <= isa_widths(), reason="needs a CPU with AVX2 and AVX-512")
+@needs_avx2_and_avx512
 def test_a_model_compiled_with_a_narrower_simdlen_matches_the_cpu(tmp_path):
     # In a child process: kernels built for the wrong ISA corrupt the heap (the process aborts).
     run_with_fresh_caches(WITH_SIMDLEN_256, tmp_path)
