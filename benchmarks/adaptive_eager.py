@@ -173,13 +173,8 @@ def measure_interleaved(workload: str, quick: bool) -> dict[str, float | int]:
           [r["fused_launches"] for r in rounds["adaptive"]], flush=True)
     return {**infos["adaptive"], **fused,
             **{f"{mode}_ms": statistics.median(ms[mode]) for mode in MODES},
-            "speedup": statistics.median(paired_ratios(ms["eager"], ms["adaptive"])),
-            "of_compiled": statistics.median(paired_ratios(ms["compiled"], ms["adaptive"]))}
-
-
-def paired_ratios(numerators: list[float], denominators: list[float]) -> list[float]:
-    """Round i of one mode over round i of the other (the turns put them next to each other)."""
-    return [n / d for n, d in zip(numerators, denominators, strict=True)]
+            "speedup": processes.paired_ratio(ms["eager"], ms["adaptive"]),
+            "of_compiled": processes.paired_ratio(ms["compiled"], ms["adaptive"])}
 
 
 def main() -> None:

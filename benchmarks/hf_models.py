@@ -119,10 +119,11 @@ def main() -> None:
     runs = eager_in_turns(turns, rounds, warmup, repeats)
     (cpu_step, cpu_generate), (dev_step, dev_generate) = (
         [statistics.median(r[i] for r in runs[name]) for i in (0, 1)] for name in ("cpu", "neuron"))
-    pairs = list(zip(runs["neuron"], runs["cpu"], strict=True))  # rounds measured next to each other
     for i, what in enumerate(("forward + backward", "generate")):
-        print(what, "ms per round, neuron / cpu:", [f"{n[i] * 1e3:.1f}/{c[i] * 1e3:.1f}" for n, c in pairs], flush=True)
-    step_ratio, generate_ratio = (statistics.median(n[i] / c[i] for n, c in pairs) for i in (0, 1))
+        print(what, "ms per round, neuron / cpu:",
+              [f"{n[i] * 1e3:.1f}/{c[i] * 1e3:.1f}" for n, c in zip(runs["neuron"], runs["cpu"])], flush=True)
+    step_ratio, generate_ratio = (processes.paired_ratio([n[i] for n in runs["neuron"]], [c[i] for c in runs["cpu"]])
+                                  for i in (0, 1))
     colds, warms = [], []
     for _ in range(turns):
         with tempfile.TemporaryDirectory() as cache:

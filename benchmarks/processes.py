@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,3 +77,9 @@ def interleaved(setup: Callable[..., tuple[Any, Callable[[], Any]]], names: Sequ
             with contextlib.suppress(OSError):  # a side that died has said why on its stderr
                 here.send(False)
             process.join(60)
+
+
+def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """The median over rounds of round i of one side over round i of the other (:func:`interleaved`
+    runs them next to each other)."""
+    return statistics.median(n / d for n, d in zip(numerators, denominators, strict=True))
