@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "device.h"
+#include "fused_placement.h"
 #include "host_aliases.h"
 #include "kernel_object.h"
 #include "profiler.h"
@@ -36,6 +37,8 @@ std::atomic<int64_t> idle_limit_us{100000};  // ... or when the host sends nothi
 // them back and calling into Python costs.
 constexpr size_t kMinCalls = 3;
 constexpr size_t kMaxObservations = 1 << 16;  // segments only observed, kept at most
+std::atomic<FusedPlacement::Mode> placement_mode{FusedPlacement::Mode::kAuto};
+std::atomic<uint64_t> installs{0};  // fused kernels installed so far
 
 uint64_t mix(uint64_t h, int64_t word) { return (h ^ static_cast<uint64_t>(word)) * 1099511628211ull; }
 constexpr uint64_t kSeed = 1469598103934665603ull;
@@ -124,6 +127,7 @@ std::shared_ptr<KernelObject> compiler;  // Python: compiler(segment_id, descrip
 struct CoreSegment {
   std::mutex mu;
   Segment seg;
+  FusedPlacement placement;
 };
 std::array<CoreSegment, 64> cores;
 
@@ -405,7 +409,7 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
   std::string described = profiler::describe_launch(described_in, described_out);
   if (!described.empty()) described.insert(described.size() - 1, ", \"replaces\": \"" + fused->replaced + "\"");
   Launch how{.name = fused->name,
-             .host = neuron_rt::HostWork::kFollow,
+             .host = core_segment(device).placement.place(fused.get(), installs.load(), placement_mode.load()),
              .described = std::move(described),
              .ends_segment = false};
   actions.push_back([device, fused, inputs = std::move(inputs), outputs = std::move(outputs),
@@ -668,6 +672,7 @@ void install(uint64_t id, py::object kernel, const std::string& library, std::ve
   fused_by_hash[id] = std::move(f);
   o.state = Observation::kInstalled;
   ++counters.segments_compiled;
+  ++installs;
 }
 
 void fail(uint64_t id) {
@@ -689,7 +694,17 @@ void reset() {
     prefixes.clear();
     counters = Counters();
   }
+  for (auto& cs : cores) {
+    std::lock_guard<std::mutex> lock(cs.mu);
+    cs.placement = FusedPlacement();
+  }
 }
+
+const std::array<std::pair<const char*, FusedPlacement::Mode>, 3> kPlacementModes{{
+    {"auto", FusedPlacement::Mode::kAuto},
+    {"worker", FusedPlacement::Mode::kWorker},
+    {"program", FusedPlacement::Mode::kProgram},
+}};
 
 }  // namespace
 
@@ -711,6 +726,33 @@ void bind(py::module_& m) {
   m.def("_adaptive_dtype", [](int64_t scalar_type) { return dtype_object(static_cast<c10::ScalarType>(scalar_type)); });
   m.def("_adaptive_failed", &fail);
   m.def("_adaptive_reset", &reset, py::call_guard<py::gil_scoped_release>());
+  m.def("_adaptive_set_placement", [](const std::string& name) {
+    for (const auto& [known, mode] : kPlacementModes)
+      if (name == known) return placement_mode.store(mode);
+    TORCH_CHECK_VALUE(false, "adaptive eager: fused placement must be 'auto', 'worker' or 'program', got '", name, "'");
+  });
+  m.def("_adaptive_placement", [] {
+    for (const auto& [name, mode] : kPlacementModes)
+      if (mode == placement_mode.load()) return std::string(name);
+    return std::string();
+  });
+  // Per core that launched fused kernels: where they run now and what the last timing found.
+  m.def("_adaptive_placements", [] {
+    std::map<int, FusedPlacement::Report> reports;
+    {
+      py::gil_scoped_release nogil;  // a core's lock is held by launches that may wait for the interpreter
+      for (size_t i = 0; i < cores.size(); ++i) {
+        std::lock_guard<std::mutex> lock(cores[i].mu);
+        if (cores[i].placement.placed_any())
+          reports[static_cast<int>(i)] = cores[i].placement.report(placement_mode.load());
+      }
+    }
+    py::dict out;
+    for (const auto& [core, r] : reports)
+      out[py::int_(core)] = py::dict(py::arg("state") = r.state, py::arg("loop_launches") = r.loop_launches,
+                                     py::arg("program_vs_worker") = r.program_vs_worker);
+    return out;
+  });
   m.def("_adaptive_counters", [] {
     std::lock_guard<std::mutex> lock(tables_mu);
     const Counters& c = counters;

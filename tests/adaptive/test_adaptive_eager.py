@@ -18,15 +18,6 @@ from torch_neuronx.adaptive import reset_adaptive, segments
 DEVICE = "neuron"
 
 
-@pytest.fixture
-def adaptive():
-    """Adaptive mode with no learned segments, for the test only."""
-    reset_adaptive()
-    with torch_neuronx.eager_mode("adaptive"):
-        yield
-    reset_adaptive()
-
-
 def run_until_fused(fn, *, runs: int = 6):
     """Call ``fn`` (which must synchronize, e.g. by reading a result) ``runs`` times, letting the
     background compiles finish in between; return every result."""

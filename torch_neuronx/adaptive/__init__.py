@@ -19,6 +19,8 @@ from .. import _C
 
 MODES = ("eager", "adaptive")
 ENV = "TORCH_NEURONX_EAGER_MODE"
+PLACEMENTS = ("auto", "worker", "program")
+PLACEMENT_ENV = "TORCH_NEURONX_ADAPTIVE_PLACEMENT"
 
 
 def get_eager_mode() -> str:
@@ -48,14 +50,32 @@ def eager_mode(mode: str) -> Iterator[None]:
         set_eager_mode(before)
 
 
+def set_fused_placement(placement: str) -> None:
+    """Where fused kernels run: ``"auto"`` (the default) times the program's loop both ways and
+    keeps the faster, ``"worker"`` queues them behind the core's other kernels (the program
+    thread goes on dispatching), ``"program"`` runs them on the program thread once the queue is
+    empty (nothing competes for the cores). See docs/adaptive-eager.md."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"torch_neuronx.adaptive.set_fused_placement: placement must be one of {PLACEMENTS}, "
+                         f"got {placement!r}")
+    _C._adaptive_set_placement(placement)
+
+
+def get_fused_placement() -> str:
+    """The setting of :func:`set_fused_placement`."""
+    return _C._adaptive_placement()
+
+
 def get_adaptive_metrics() -> dict[str, Any]:
     """Counters since the last reset: segments seen (ended and counted without a fused kernel),
     segments compiled, compile failures (such segments run their operators one by one for
     good), fused launches and the operator calls they replaced, calls held back that then ran
     one by one (the segment changed), fused launches refused for a memory hazard, and compile
-    seconds."""
+    seconds; and per core, where its fused kernels run (``fused_placement``: the state — "finding
+    the loop", "timing", "worker" or "program thread" —, the fused launches per iteration of the
+    loop found, and the program thread's time over the worker's in the last timing)."""
     from . import segments
-    return {**_C._adaptive_counters(), **segments.metrics()}
+    return {**_C._adaptive_counters(), **segments.metrics(), "fused_placement": _C._adaptive_placements()}
 
 
 def reset_adaptive() -> None:
@@ -69,7 +89,12 @@ def reset_adaptive() -> None:
 
 
 def configure_from_environment() -> None:
-    """Apply ``TORCH_NEURONX_EAGER_MODE`` (at import)."""
+    """Apply ``TORCH_NEURONX_EAGER_MODE`` and ``TORCH_NEURONX_ADAPTIVE_PLACEMENT`` (at import)."""
+    placement = os.environ.get(PLACEMENT_ENV, "").strip().lower()
+    if placement:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"{PLACEMENT_ENV}={placement!r}: expected one of {PLACEMENTS}")
+        set_fused_placement(placement)
     mode = os.environ.get(ENV, "").strip().lower()
     if mode:
         if mode not in MODES:
