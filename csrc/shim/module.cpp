@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include "adaptive.h"
+#include "attention.h"
 #include "compiled_graph.h"
 #include "device.h"
 #include "launch.h"
@@ -125,6 +126,7 @@ PYBIND11_MODULE(_C, m) {
   }, nogil);
   m.def("_host_alias", [](const at::Tensor& t) { return host_alias(t); });
   bind_compiled_graph(m);
+  bind_attention(m);
   adaptive::bind(m);
   m.def("_register_native_op", &register_native_op, py::arg("op"), py::kw_only(), py::arg("sync"),
         py::arg("out_overload"), py::arg("bool_index_sync"));

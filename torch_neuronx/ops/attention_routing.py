@@ -3,9 +3,11 @@
 ``torch.nn.functional.scaled_dot_product_attention`` is a composite operator: by default it asks
 the device's ``_fused_sdp_choice`` stub (csrc/shim/attention.cpp, the CPU's choice) and runs the
 CPU's fused kernel on device memory (``aten::_scaled_dot_product_flash_attention_for_cpu``, a
-lowering-table entry). :func:`install` registers a kernel for the operator itself on the neuron
-device (the ``AutogradPrivateUse1`` key, and ``PrivateUse1`` for inference mode, which skips
-autograd keys) that sends the calls the kernels handle to ``torch.ops.nki_library``
+lowering-table entry). The shim registers a kernel for the operator itself on the neuron device
+(the ``AutogradPrivateUse1`` key, and ``PrivateUse1`` for inference mode, which skips autograd
+keys); the calls that may be routed (no mask, no dropout, 4-D, a key length the kernels take:
+checked in C++, without entering Python) come to :func:`_sdpa` (:func:`install` hands it over),
+which sends the calls the kernels handle to ``torch.ops.nki_library``
 (``nki/kernels/attention_ops.py``, imported on the first such call):
 
 - ``nki_library::flash_attention_fwd`` (backward ``nki_library::flash_attention_bwd``, through its
@@ -29,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .. import _C
 from ..runtime.topology import env_flag
 
 ENV_VAR = "TORCH_NEURONX_NKI_SDPA"
@@ -38,7 +41,6 @@ MAX_SEQ = 8192      # query rows of a kv group and keys per sequence: the kernel
 MAX_HEAD_DIM = 128  # the contraction of q k^T on the partitions
 
 _enabled: bool | None = None  # None: from the environment, read at the first call
-_library: torch.library.Library | None = None
 
 
 def set_nki_sdpa_enabled(enabled: bool) -> None:
@@ -91,9 +93,5 @@ def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask
 
 
 def install() -> None:
-    """Register the routing kernel (once; importing nki waits for the first routed call)."""
-    global _library
-    if _library is None:
-        _library = torch.library.Library("aten", "IMPL")
-        for dispatch_key in ("AutogradPrivateUse1", "PrivateUse1"):
-            _library.impl("scaled_dot_product_attention", _sdpa, dispatch_key)
+    """Hand the routing function to the shim's kernel (importing nki waits for the first routed call)."""
+    _C._set_sdpa_router(_sdpa, MIN_KEYS, MAX_SEQ)
