@@ -63,11 +63,13 @@ std::mutex router_mu;
 std::shared_ptr<const Router>& router = *new std::shared_ptr<const Router>();
 
 // What every routed call has (a necessary condition of attention_routing.route, checked without
-// Python): no mask, no dropout, 4-D tensors and a key length the kernels take. Symbolic shapes
+// Python): no mask, no dropout, 4-D dense tensors and a key length the kernels take. Symbolic shapes
 // (tracing under torch.compile) are left to Python.
 bool may_route(const Router& r, const at::Tensor& query, const at::Tensor& key,
                const std::optional<at::Tensor>& attn_mask, double dropout_p) {
-  if ((attn_mask && attn_mask->defined()) || dropout_p > 0.0 || query.dim() != 4 || key.dim() != 4) return false;
+  if ((attn_mask && attn_mask->defined()) || dropout_p > 0.0 || query.dim() != 4 || key.dim() != 4 ||
+      query.is_nested() || key.is_nested())
+    return false;
   if (key.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return true;
   return r.min_keys <= key.size(2) && key.size(2) <= r.max_keys;
 }

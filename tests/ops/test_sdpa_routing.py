@@ -162,3 +162,16 @@ def test_tiny_llama_training_step_runs_the_flash_kernels_and_matches_the_cpu():
     torch.testing.assert_close(loss, cpu_loss, rtol=1e-5, atol=1e-5)
     for name, grad in cpu_grads.items():
         torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.filterwarnings("ignore:neuron. operator .* nested tensors")  # nested tensors compute on the host
+def test_nested_attention_keeps_the_composite_path_and_matches_the_cpu():
+    def jagged(device):
+        parts = [torch.randn(n, 2, 8, generator=torch.Generator().manual_seed(n)) for n in (3, 5)]
+        return torch.nested.nested_tensor([p.to(device) for p in parts], layout=torch.jagged).transpose(1, 2)
+
+    want = F.scaled_dot_product_attention(*(jagged("cpu") for _ in range(3)))
+    got = F.scaled_dot_product_attention(*(jagged("neuron") for _ in range(3)))
+    assert got.is_nested and got.device.type == "neuron"
+    for g, w in zip(got.transpose(1, 2).unbind(), want.transpose(1, 2).unbind()):
+        torch.testing.assert_close(g.cpu(), w)
