@@ -181,7 +181,7 @@ class HardwareQueue final : public StreamProgress {
   bool inline_ = false;                   // a host thread runs a kernel (begin_inline)
   bool worker_warm_ = false;              // the worker ran a kernel since it last released
   bool release_requested_ = false;        // a host thread wants the worker released
-  bool host_compute_ = false;             // the last parallel kernel ran on a host thread
+  std::atomic<bool> host_compute_{false};             // the last parallel kernel ran on a host thread
   uint64_t kernels_on_worker_ = 0, kernels_on_host_ = 0;
   std::atomic<uint64_t> generation_{0};   // bumped by every launch and wake-up
   static constexpr Nanos kSpinNs = 50'000;
