@@ -169,6 +169,17 @@ def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180)
 
 
+def assert_import_setting(variable: str, show: str, default: str, value: str, bad: str) -> None:
+    """A setting read from ``variable`` when torch_neuronx is imported: ``show`` (code printing the
+    setting) prints ``default`` without the variable and ``value`` with it; ``bad`` stops the
+    import with an error naming the variable and the value."""
+    for env, expected in (({}, default), ({variable: value}, value)):
+        shown = run_py(show, **env)
+        assert shown.returncode == 0 and shown.stdout.strip() == expected, shown.stderr
+    failed = run_py("import torch", **{variable: bad})
+    assert failed.returncode != 0 and f"{variable}={bad!r}" in failed.stderr
+
+
 def drain_errors() -> None:
     """Synchronize every core, dropping deferred kernel errors."""
     for i in range(torch.neuron.device_count()):

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_neuronx
+from helpers import assert_import_setting
 from torch_neuronx.adaptive import reset_adaptive, segments
 
 DEVICE = "neuron"
@@ -61,14 +62,8 @@ def test_mode_switch_and_context_manager():
 
 
 def test_off_by_default_and_the_environment_variable_turns_it_on():
-    show = [sys.executable, "-c", "import torch, torch_neuronx; print(torch_neuronx.get_eager_mode())"]
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_NEURONX_EAGER_MODE"}
-    assert subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout.strip() == "eager"
-    env["TORCH_NEURONX_EAGER_MODE"] = "adaptive"
-    assert subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout.strip() == "adaptive"
-    env["TORCH_NEURONX_EAGER_MODE"] = "fast"
-    bad = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
-    assert bad.returncode != 0 and "TORCH_NEURONX_EAGER_MODE='fast'" in bad.stderr
+    show = "import torch, torch_neuronx; print(torch_neuronx.get_eager_mode())"
+    assert_import_setting("TORCH_NEURONX_EAGER_MODE", show, "eager", "adaptive", "fast")
 
 
 def test_repeated_sequence_is_fused_and_matches_cpu(adaptive):

@@ -3,15 +3,12 @@ core's worker, on the program thread, or chosen by timing the program's loop bot
 placement changes which thread computes, never the values."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from torch import nn
 
 import torch_neuronx
+from helpers import assert_import_setting
 from torch_neuronx.adaptive import get_fused_placement, segments, set_fused_placement
 from torch_neuronx.runtime import kernel_counts
 
@@ -91,11 +88,5 @@ def test_the_setting_and_its_environment_variable():
     with pytest.raises(ValueError, match="placement must be one of"):
         set_fused_placement("gpu")
     assert get_fused_placement() == before
-    show = [sys.executable, "-c", "import torch_neuronx.adaptive as a; print(a.get_fused_placement())"]
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_NEURONX_ADAPTIVE_PLACEMENT"}
-    assert subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout.strip() == "auto"
-    env["TORCH_NEURONX_ADAPTIVE_PLACEMENT"] = "program"
-    assert subprocess.run(show, env=env, capture_output=True, text=True, check=True).stdout.strip() == "program"
-    env["TORCH_NEURONX_ADAPTIVE_PLACEMENT"] = "fastest"
-    bad = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
-    assert bad.returncode != 0 and "TORCH_NEURONX_ADAPTIVE_PLACEMENT='fastest'" in bad.stderr
+    show = "import torch_neuronx.adaptive as a; print(a.get_fused_placement())"
+    assert_import_setting("TORCH_NEURONX_ADAPTIVE_PLACEMENT", show, "auto", "program", "fastest")

@@ -34,7 +34,7 @@ print(before, with_host_team, after)
 
 WAITS = {
     "synchronize": "torch.neuron.synchronize()",
-    "item": "x.sum().item()",
+    "item": "(x @ x).sum().item()",  # still queued when read (a read of an idle core runs on the host, no wait)
     "stream": "torch.neuron.current_stream().synchronize()",
     "event": "e = torch.neuron.Event(); e.record(); e.synchronize()",
 }
