@@ -88,15 +88,17 @@ def reset_adaptive() -> None:
     segments.reset_metrics()
 
 
+def _from_environment(variable: str, allowed: tuple[str, ...]) -> str:
+    """The value of ``variable`` in lower case ("" when unset), refused unless one of ``allowed``."""
+    value = os.environ.get(variable, "").strip().lower()
+    if value and value not in allowed:
+        raise ValueError(f"{variable}={value!r}: expected one of {allowed}")
+    return value
+
+
 def configure_from_environment() -> None:
     """Apply ``TORCH_NEURONX_EAGER_MODE`` and ``TORCH_NEURONX_ADAPTIVE_PLACEMENT`` (at import)."""
-    placement = os.environ.get(PLACEMENT_ENV, "").strip().lower()
-    if placement:
-        if placement not in PLACEMENTS:
-            raise ValueError(f"{PLACEMENT_ENV}={placement!r}: expected one of {PLACEMENTS}")
+    if placement := _from_environment(PLACEMENT_ENV, PLACEMENTS):
         set_fused_placement(placement)
-    mode = os.environ.get(ENV, "").strip().lower()
-    if mode:
-        if mode not in MODES:
-            raise ValueError(f"{ENV}={mode!r}: expected one of {MODES}")
+    if mode := _from_environment(ENV, MODES):
         set_eager_mode(mode)
