@@ -97,15 +97,10 @@ at::Tensor sdpa(const at::Tensor& query, const at::Tensor& key, const at::Tensor
 
 void bind_attention(pybind11::module_& m) {
   m.def("_set_sdpa_router", [](pybind11::object route, int64_t min_keys, int64_t max_keys) {
-    auto r = std::make_shared<Router>();
-    if (!route.is_none()) r->route = std::make_shared<KernelObject>(std::move(route));
-    r->min_keys = min_keys;
-    r->max_keys = max_keys;
-    std::shared_ptr<const Router> old;
-    {
-      std::lock_guard<std::mutex> lock(router_mu);
-      old = std::exchange(router, r->route ? std::move(r) : nullptr);
-    }
+    auto r = std::make_shared<const Router>(
+        Router{std::make_shared<KernelObject>(std::move(route)), min_keys, max_keys});
+    std::lock_guard<std::mutex> lock(router_mu);
+    router.swap(r);  // the old one (if any) is released after the lock, the interpreter lock held
   });
 }
 
