@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import operator
+import os
 import subprocess
 import sys
 
@@ -62,4 +63,29 @@ def test_a_compile_process_that_dies_says_why():
         process.stop()
     assert status == "error"
     assert reason.startswith("the compile process exited"), reason
+    assert reason.endswith("ZeroDivisionError: division by zero"), reason
+
+
+class WritesToStderr:
+    """Writes ``size`` bytes to the compile process's stderr where it is unpickled."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __reduce__(self):
+        return os.write, (2, b"x" * self.size)
+
+
+def test_the_compile_process_log_keeps_only_the_current_request():
+    process = segments._CompileProcess()
+    try:
+        for _ in range(3):  # a malformed description: answered with an error, the process lives on
+            status, _ = process.compile({"segment": WritesToStderr(100_000)})
+            assert status == "error"
+            assert process.process.poll() is None
+        assert os.fstat(process.log.fileno()).st_size == 100_000
+        status, reason = process.compile({"noise": WritesToStderr(10), "segment": FailsToArrive()})
+    finally:
+        process.stop()
+    assert status == "error"
     assert reason.endswith("ZeroDivisionError: division by zero"), reason

@@ -479,6 +479,11 @@ class _CompileProcess:
             self.process = subprocess.Popen([sys.executable, "-m", "torch_neuronx.adaptive.compile_worker"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=self.log, env=env)
+        # The log only has to say why the process died during this request: keeping earlier
+        # requests' compiler output would grow a file for as long as the program runs. (The
+        # process shares the file's offset and is idle between requests.)
+        self.log.seek(0)
+        self.log.truncate()
         try:
             write_message(self.process.stdin, description)
             answer = read_message(self.process.stdout)
