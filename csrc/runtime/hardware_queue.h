@@ -8,10 +8,10 @@
 // thread instead of the worker, as the stream's next kernel (begin_inline / finish_inline).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -25,6 +25,32 @@
 #include "stream_progress.h"
 
 namespace neuron_rt {
+
+// A first-in-first-out list that keeps its memory (std::deque frees and allocates a node every
+// few items: a malloc every few launches).
+template <typename T>
+class Fifo {
+ public:
+  bool empty() const { return head_ == tail_; }
+  T& front() { return slots_[head_ & (slots_.size() - 1)]; }
+  const T& front() const { return slots_[head_ & (slots_.size() - 1)]; }
+  void push_back(T&& value) {
+    if (tail_ - head_ == slots_.size()) grow();
+    slots_[tail_++ & (slots_.size() - 1)] = std::move(value);
+  }
+  void pop_front() { slots_[head_++ & (slots_.size() - 1)] = T(); }  // releases what the item held
+
+ private:
+  void grow() {
+    std::vector<T> bigger(std::max<size_t>(16, 2 * slots_.size()));  // sizes stay powers of two
+    for (size_t i = head_; i < tail_; ++i) bigger[i - head_] = std::move(slots_[i & (slots_.size() - 1)]);
+    tail_ -= head_;
+    head_ = 0;
+    slots_.swap(bigger);
+  }
+  std::vector<T> slots_;
+  size_t head_ = 0, tail_ = 0;
+};
 
 using Nanos = int64_t;
 // Monotonic time (steady_clock): event timing and kernel intervals never jump with the wall
@@ -151,7 +177,7 @@ class HardwareQueue final : public StreamProgress {
   };
   struct Stream {
     int priority;
-    std::deque<Item> items;
+    Fifo<Item> items;
     uint64_t enqueued = 0, completed = 0;
     uint64_t last_seq_done = 0;
   };

@@ -84,7 +84,7 @@ Block* HbmPool::allocate(size_t nbytes, int stream, bool may_wait) {
   Block* block = nullptr;
   if (it != cached_.end()) {
     block = it->second;
-    cached_.erase(it);
+    spare_nodes_.push_back(cached_.extract(it));
   } else {
     if (stats_.reserved_bytes.all.current + static_cast<int64_t>(size) > static_cast<int64_t>(capacity_)) {
       stats_.num_alloc_retries++;
@@ -143,7 +143,16 @@ void HbmPool::free(Block* block) {
   stats_.allocated_bytes.decrease(bs, bs);
   stats_.active_bytes.decrease(bs, bs);
   stats_.requested_bytes.decrease(bs, block->requested);
-  cached_.emplace(std::make_pair(block->size, reinterpret_cast<uintptr_t>(block->ptr)), block);
+  const std::pair<size_t, uintptr_t> key{block->size, reinterpret_cast<uintptr_t>(block->ptr)};
+  if (spare_nodes_.empty()) {
+    cached_.emplace(key, block);
+    return;
+  }
+  auto node = std::move(spare_nodes_.back());
+  spare_nodes_.pop_back();
+  node.key() = key;
+  node.mapped() = block;
+  cached_.insert(std::move(node));
 }
 
 void HbmPool::release_cached_locked(bool even_pending) {

@@ -116,6 +116,9 @@ class HbmPool {
   // (the free set is the same at each of its allocations), which keeps compiled graphs' host
   // aliases valid from step to step; first-in-first-out reuse rotated them.
   std::map<std::pair<size_t, uintptr_t>, Block*> cached_;
+  // Nodes of cached_ taken out by allocations, put back by frees: a block's trip through the
+  // cache then allocates no host memory (eager launches allocate and free blocks by the thousand).
+  std::vector<std::map<std::pair<size_t, uintptr_t>, Block*>::node_type> spare_nodes_;
   std::unordered_map<void*, Block*> live_;      // every block the pool owns, keyed by pointer
   PoolStats stats_;
   const StreamProgress* progress_ = nullptr;

@@ -77,6 +77,20 @@ void stream_keeps_launch_order() {
   for (int i = 0; i < static_cast<int>(order.size()); ++i) CHECK(order[i] == i);
 }
 
+void stream_keeps_launch_order_as_its_list_grows() {
+  HardwareQueue q(0, 256, false);
+  std::vector<int> order;
+  for (int i = 0; i < 10; ++i) launch(q, 0, [&order, i] { order.push_back(i); });
+  q.synchronize_stream(0);  // the list's head has moved on from its first slot
+  Gate gate;
+  launch(q, 0, gate.kernel());
+  for (int i = 10; i < 110; ++i) launch(q, 0, [&order, i] { order.push_back(i); });  // held: the list grows
+  gate.release();
+  q.synchronize_stream(0);
+  CHECK(order.size() == 110);
+  for (int i = 0; i < static_cast<int>(order.size()); ++i) CHECK(order[i] == i);
+}
+
 void higher_priority_stream_runs_first() {
   HardwareQueue q(0, 256, false);
   const int low = q.create_stream(0), high = q.create_stream(-1);
@@ -151,6 +165,25 @@ void pool_accounts_exactly() {
   pool.empty_cache();
   s = pool.stats();
   CHECK(s.reserved_bytes.all.current == 0 && s.num_device_free == 1);
+}
+
+void pool_cache_keeps_best_fit_through_reuse() {
+  HbmPool pool(0, size_t(1) << 30);
+  Block* a = pool.allocate(4096);
+  Block* b = pool.allocate(8192);
+  void *pa = a->ptr, *pb = b->ptr;
+  for (int i = 0; i < 100; ++i) {  // the cache's entries come and go: each block keeps its size's place
+    pool.free(b);
+    pool.free(a);
+    a = pool.allocate(4096);
+    b = pool.allocate(8192);
+    CHECK(a->ptr == pa && b->ptr == pb);
+  }
+  CHECK(pool.stats().num_device_alloc == 2);
+  pool.free(a);
+  pool.free(b);
+  pool.empty_cache();
+  CHECK(pool.stats().reserved_bytes.all.current == 0 && pool.stats().num_device_free == 2);
 }
 
 void pool_enforces_capacity() {
@@ -370,11 +403,13 @@ int main() {
       {"link_barrier_times_out_naming_the_late_rank_then_stays_broken",
        link_barrier_times_out_naming_the_late_rank_then_stays_broken},
       {"stream_keeps_launch_order", stream_keeps_launch_order},
+      {"stream_keeps_launch_order_as_its_list_grows", stream_keeps_launch_order_as_its_list_grows},
       {"higher_priority_stream_runs_first", higher_priority_stream_runs_first},
       {"earliest_deferred_error_wins_and_is_cleared", earliest_deferred_error_wins_and_is_cleared},
       {"captured_error_is_not_deferred", captured_error_is_not_deferred},
       {"events_order_streams_and_complete", events_order_streams_and_complete},
       {"pool_accounts_exactly", pool_accounts_exactly},
+      {"pool_cache_keeps_best_fit_through_reuse", pool_cache_keeps_best_fit_through_reuse},
       {"pool_enforces_capacity", pool_enforces_capacity},
       {"frees_are_stream_ordered", frees_are_stream_ordered},
       {"allocation_waits_for_blocks_queued_kernels_use", allocation_waits_for_blocks_queued_kernels_use},
