@@ -445,7 +445,7 @@ class NativeKernel final : public c10::OperatorKernel {
       args[i].toTensor().resize_(layout.sizes);
       restride(args[i].toTensor(), layout);
     }
-    std::vector<c10::IValue> outputs;
+    c10::SmallVector<c10::IValue, 2> outputs;  // most operators return one tensor: no allocation
     for (const auto& r : plan.returns) {
       if (r.alias_arg >= 0) {
         outputs.push_back(args[r.alias_arg]);
@@ -492,8 +492,9 @@ class NativeKernel final : public c10::OperatorKernel {
 
   // Per return of `plan`: `f` of its new output, or None for a returned argument.
   template <typename F>
-  static std::vector<c10::IValue> per_return(const Plan& plan, const std::vector<c10::IValue>& outputs, F&& f) {
+  static std::vector<c10::IValue> per_return(const Plan& plan, c10::ArrayRef<c10::IValue> outputs, F&& f) {
     std::vector<c10::IValue> values;
+    values.reserve(outputs.size());
     for (size_t j = 0; j < outputs.size(); ++j)
       values.push_back(plan.returns[j].alias_arg >= 0 ? c10::IValue() : f(outputs[j]));
     return values;
