@@ -5,8 +5,11 @@
 (b) One TinyGPT training step (forward + backward + AdamW; batch 8, block 64, default
     config), synchronized at the end of every step: median over the measured steps.
 
-Each side runs in three processes of its own, the sides taking turns (benchmarks/processes.py);
-every figure is the median over its side's three.
+(a) runs each side in three processes of its own, the sides taking turns (benchmarks/processes.py);
+every figure is the median over its side's three. (b) runs in three pairs of new processes, one per
+device, the two of a pair taking turns round by round (the machine's speed for two busy threads
+drifts in phases: a round is compared with the other device's round next to it); the time is the
+median over rounds, the ratio the median of the rounds' ratios.
 
 Targets: small ops at most 5x the CPU time per op, the training step at most 1.25x.
 
@@ -80,33 +83,46 @@ def time_op(op: Callable[[], object], device: torch.device, launches: int, repea
     return statistics.median(samples)
 
 
-def time_train_step(device: torch.device, warmup: int, steps: int) -> float:
-    """Median seconds per synchronized TinyGPT training step on ``device``."""
-    settle()
-    step = training_step(device)
-    samples = []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
+def train_rounds(device_name: str, warmup: int, steps: int) -> tuple[None, Callable[[], float]]:
+    """A TinyGPT training step on one device in this process, warmed up, and a function that times
+    a round: the median seconds of ``steps`` synchronized steps."""
+    step = training_step(torch.device(device_name))
+    for _ in range(warmup):
         step()
-        if i >= warmup:
+
+    def run_round() -> float:
+        samples = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            step()
             samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        return statistics.median(samples)
+
+    return None, run_round
 
 
-def measure(device_name: str, launches: int, repeats: int, warmup_steps: int,
-            train_steps: int) -> tuple[dict[str, float], float]:
-    """Seconds per launch of each small op, and per training step, on one device."""
+def small_ops_per_launch(device_name: str, launches: int, repeats: int) -> dict[str, float]:
+    """Seconds per launch of each small op on one device."""
     device = torch.device(device_name)
-    ops = {name: time_op(op, device, launches, repeats) for name, op in small_ops(device).items()}
-    return ops, time_train_step(device, warmup_steps, train_steps)
+    return {name: time_op(op, device, launches, repeats) for name, op in small_ops(device).items()}
 
 
-def measure_in_turns(turns: int, *args: int) -> dict[str, tuple[dict[str, float], float]]:
-    """Per device, :func:`measure`'s figures as medians over ``turns`` processes."""
-    runs = processes.in_turns(measure, ("cpu", "neuron"), turns, *args)
-    return {name: ({op: statistics.median(r[0][op] for r in figures) for op in figures[0][0]},
-                   statistics.median(r[1] for r in figures))
+def small_ops_in_turns(turns: int, launches: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Per device, :func:`small_ops_per_launch`'s figures as medians over ``turns`` processes."""
+    runs = processes.in_turns(small_ops_per_launch, ("cpu", "neuron"), turns, launches, repeats)
+    return {name: {op: statistics.median(r[op] for r in figures) for op in figures[0]}
             for name, figures in runs.items()}
+
+
+def train_steps_interleaved(turns: int, rounds: int, warmup: int, steps: int) -> dict[str, list[float]]:
+    """Per device, every round's time from :func:`train_rounds`: ``turns`` pairs of new processes,
+    each pair taking turns ``rounds`` times."""
+    runs: dict[str, list[float]] = {"cpu": [], "neuron": []}
+    for _ in range(turns):
+        _, rounds_of = processes.interleaved(train_rounds, tuple(runs), rounds, warmup, steps)
+        for name in runs:
+            runs[name] += rounds_of[name]
+    return runs
 
 
 def main() -> None:
@@ -115,14 +131,17 @@ def main() -> None:
     args = parser.parse_args()
     launches, repeats = (50, 3) if args.quick else (200, 15)
     warmup_steps, train_steps = (2, 5) if args.quick else (5, 20)
-    turns = 1 if args.quick else 3
-    medians = measure_in_turns(turns, launches, repeats, warmup_steps, train_steps)
-    cpu_ops, t_cpu_step = medians["cpu"]
-    device_ops, t_dev_step = medians["neuron"]
+    turns, rounds = (1, 2) if args.quick else (3, 5)
+    medians = small_ops_in_turns(turns, launches, repeats)
+    cpu_ops, device_ops = medians["cpu"], medians["neuron"]
+    steps = train_steps_interleaved(turns, rounds, warmup_steps, train_steps)
+    print("training step ms per round, neuron / cpu:",
+          [f"{n * 1e3:.1f}/{c * 1e3:.1f}" for n, c in zip(steps["neuron"], steps["cpu"])], flush=True)
+    t_cpu_step, t_dev_step = statistics.median(steps["cpu"]), statistics.median(steps["neuron"])
     ratios = {name: t / cpu_ops[name] for name, t in device_ops.items()}
     geomean = math.exp(statistics.fmean(math.log(r) for r in ratios.values()))
     worst = max(ratios, key=ratios.get)
-    step_ratio = t_dev_step / t_cpu_step
+    step_ratio = processes.paired_ratio(steps["neuron"], steps["cpu"])
     ops = results.Table(
         f"(a) Small-tensor operators: median over {turns} processes per device of each one's median of "
         f"{repeats} x ({launches} launches + 1 synchronize), per launch",
@@ -133,9 +152,9 @@ def main() -> None:
            [f"**worst** (target ≤ {SMALL_OP_TARGET:g}x: {results.verdict(ratios[worst], SMALL_OP_TARGET)})",
             "", "", f"{ratios[worst]:.2f}x ({worst})"]])
     step = results.Table(
-        f"(b) TinyGPT training step (forward, backward, AdamW; batch 8 x 64): median over {turns} processes "
-        f"per device of each one's median of {train_steps} "
-        f"steps after {warmup_steps} warm-up",
+        f"(b) TinyGPT training step (forward, backward, AdamW; batch 8 x 64): {turns} pairs of processes (one "
+        f"per device) taking turns {rounds} rounds each, a round the median of {train_steps} steps (after "
+        f"{warmup_steps} warm-up); times the medians over rounds, ratio the median of the rounds' ratios",
         ["neuron ms", "cpu ms", "neuron/cpu", f"target ≤ {TRAIN_STEP_TARGET:g}x"],
         [[f"{t_dev_step * 1e3:.2f}", f"{t_cpu_step * 1e3:.2f}", f"{step_ratio:.2f}x",
           results.verdict(step_ratio, TRAIN_STEP_TARGET)]])
