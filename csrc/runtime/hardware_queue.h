@@ -213,7 +213,8 @@ class HardwareQueue final : public StreamProgress {
   // How long the worker watches for launches once the queue empties. A small model's generate()
   // pauses in Python for some hundred microseconds between tokens: at 50 us the worker slept
   // about 30 times a generate and each launch that woke it paid a futex wake (measured in turns:
-  // 200 us is 4-5% faster on generate, fwd+bwd and TinyGPT eager, and 500 us or 1 ms no better).
+  // 200 us made a tiny Llama's generate and forward+backward 4-5% faster, the two-thread TinyGPT
+  // step no different; 500 us or 1 ms no better).
   static constexpr Nanos kSpinNs = 200'000;
   int waiters_ = 0;
 

@@ -84,7 +84,8 @@ Block* HbmPool::allocate(size_t nbytes, int stream, bool may_wait) {
   Block* block = nullptr;
   if (it != cached_.end()) {
     block = it->second;
-    spare_nodes_.push_back(cached_.extract(it));
+    if (spare_nodes_.size() < kSpareNodes) spare_nodes_.push_back(cached_.extract(it));
+    else cached_.erase(it);
   } else {
     if (stats_.reserved_bytes.all.current + static_cast<int64_t>(size) > static_cast<int64_t>(capacity_)) {
       stats_.num_alloc_retries++;

@@ -118,7 +118,9 @@ class HbmPool {
   std::map<std::pair<size_t, uintptr_t>, Block*> cached_;
   // Nodes of cached_ taken out by allocations, put back by frees: a block's trip through the
   // cache then allocates no host memory (eager launches allocate and free blocks by the thousand).
+  // At most kSpareNodes are kept: a program's peak of live blocks should not stay in host memory.
   std::vector<std::map<std::pair<size_t, uintptr_t>, Block*>::node_type> spare_nodes_;
+  static constexpr size_t kSpareNodes = 4096;
   std::unordered_map<void*, Block*> live_;      // every block the pool owns, keyed by pointer
   PoolStats stats_;
   const StreamProgress* progress_ = nullptr;
