@@ -114,17 +114,6 @@ def small_ops_in_turns(turns: int, launches: int, repeats: int) -> dict[str, dic
             for name, figures in runs.items()}
 
 
-def train_steps_interleaved(turns: int, rounds: int, warmup: int, steps: int) -> dict[str, list[float]]:
-    """Per device, every round's time from :func:`train_rounds`: ``turns`` pairs of new processes,
-    each pair taking turns ``rounds`` times."""
-    runs: dict[str, list[float]] = {"cpu": [], "neuron": []}
-    for _ in range(turns):
-        _, rounds_of = processes.interleaved(train_rounds, tuple(runs), rounds, warmup, steps)
-        for name in runs:
-            runs[name] += rounds_of[name]
-    return runs
-
-
 def main() -> None:
     parser = results.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")
@@ -134,7 +123,7 @@ def main() -> None:
     turns, rounds = (1, 2) if args.quick else (3, 5)
     medians = small_ops_in_turns(turns, launches, repeats)
     cpu_ops, device_ops = medians["cpu"], medians["neuron"]
-    steps = train_steps_interleaved(turns, rounds, warmup_steps, train_steps)
+    steps = processes.interleaved_in_turns(train_rounds, ("cpu", "neuron"), turns, rounds, warmup_steps, train_steps)
     print("training step ms per round, neuron / cpu:",
           [f"{n * 1e3:.1f}/{c * 1e3:.1f}" for n, c in zip(steps["neuron"], steps["cpu"])], flush=True)
     t_cpu_step, t_dev_step = statistics.median(steps["cpu"]), statistics.median(steps["neuron"])

@@ -76,19 +76,6 @@ def eager(device_name: str, warmup: int, repeats: int) -> tuple[None, Callable[[
     return None, lambda: (median_seconds(train_step, sync, 0, repeats), median_seconds(generate, sync, 0, repeats))
 
 
-def eager_in_turns(turns: int, rounds: int, warmup: int, repeats: int) -> dict[str, list[tuple[float, float]]]:
-    """Per device, every round's two figures from :func:`eager`: ``turns`` pairs of new processes
-    (one per device; a process can run at another speed than the next), each pair taking turns
-    ``rounds`` times (the machine's speed drifts in phases: a round is paired with the other
-    device's round next to it)."""
-    runs: dict[str, list[tuple[float, float]]] = {"cpu": [], "neuron": []}
-    for _ in range(turns):
-        _, rounds_of = processes.interleaved(eager, tuple(runs), rounds, warmup, repeats)
-        for name in runs:
-            runs[name] += rounds_of[name]
-    return runs
-
-
 COMPILE_STEP = """
 import time, torch
 from torch_neuronx.testing.tiny_hf import VOCAB, tiny_llama
@@ -116,7 +103,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke test)")
     args = parser.parse_args()
     warmup, repeats, turns, rounds = (1, 3, 1, 2) if args.quick else (3, 5, 3, 5)
-    runs = eager_in_turns(turns, rounds, warmup, repeats)
+    runs = processes.interleaved_in_turns(eager, ("cpu", "neuron"), turns, rounds, warmup, repeats)
     (cpu_step, cpu_generate), (dev_step, dev_generate) = (
         [statistics.median(r[i] for r in runs[name]) for i in (0, 1)] for name in ("cpu", "neuron"))
     for i, what in enumerate(("forward + backward", "generate")):

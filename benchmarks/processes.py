@@ -79,6 +79,18 @@ def interleaved(setup: Callable[..., tuple[Any, Callable[[], Any]]], names: Sequ
             process.join(60)
 
 
+def interleaved_in_turns(setup: Callable[..., tuple[Any, Callable[[], Any]]], names: Sequence[str], turns: int,
+                         rounds: int, *args: Any) -> dict[str, list[Any]]:
+    """Per name, every round's result of :func:`interleaved` run ``turns`` times, each time in new
+    processes (a process can run at another speed than the next, the whole process long)."""
+    results: dict[str, list[Any]] = {name: [] for name in names}
+    for _ in range(turns):
+        _, rounds_of = interleaved(setup, names, rounds, *args)
+        for name in names:
+            results[name] += rounds_of[name]
+    return results
+
+
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
     """The median over rounds of round i of one side over round i of the other (:func:`interleaved`
     runs them next to each other)."""
