@@ -1,5 +1,6 @@
 #include "adaptive.h"
 
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
@@ -70,17 +71,26 @@ struct Fused {
 
 // What Python needs to build a segment's graph (kept for every segment: the one that reaches
 // the compile count has it when it ends).
+// Per call: its operator and roles; its arguments and returns follow each other in flat lists
+// (a call's arguments are its roles' count; `returns_end` ends each call's returns), so that
+// describing a call allocates nothing once the segment's lists have grown.
 struct Description {
   std::vector<c10::OperatorHandle> ops;
-  std::vector<std::vector<c10::IValue>> args;  // tensors as reference numbers, scalars as value numbers
-  std::vector<std::vector<int64_t>> roles;
-  std::vector<std::vector<c10::IValue>> returns;  // per return: storage number(s), or None
+  std::vector<const std::vector<Role>*> roles;
+  std::vector<c10::IValue> args;     // tensors as reference numbers, scalars as value numbers
+  std::vector<c10::IValue> returns;  // per return: storage number(s), or None
+  std::vector<size_t> returns_end;
   std::vector<int64_t> refs;  // per reference: storage (-1: a CPU scalar), dtype, dim, sizes, strides, offset
   std::vector<int64_t> ref_at;    // where each reference starts in `refs`
   std::vector<int> producers;     // per storage: the call that made it, -1 for inputs
   std::vector<int> results;       // fresh results, by storage number
   std::vector<int64_t> layouts;   // per fresh result: dtype, dim, sizes, strides (as the kernel makes it)
   std::vector<int> reuses;        // per fresh result: the input whose freed memory it got, or -1
+
+  void clear() {
+    ops.clear(), roles.clear(), args.clear(), returns.clear(), returns_end.clear(), refs.clear(), ref_at.clear();
+    producers.clear(), results.clear(), layouts.clear(), reuses.clear();
+  }
 };
 
 struct Segment {
@@ -99,6 +109,14 @@ struct Segment {
   std::vector<c10::IValue> ref_snapshots;  // per reference, while held: what a fused kernel reads
   std::vector<at::Tensor> result_snapshots;  // per fresh result, while held
   size_t calls() const { return chain.size(); }
+
+  // Empty again, for the core's next segment: the containers keep their memory, so a program's
+  // segments, all alike, stop allocating once the first ones have grown them.
+  void clear() {
+    stream = -1, hash = kSeed, matching = false;
+    chain.clear(), key.clear(), values.clear(), storages.clear(), storage_index.clear(), desc.clear();
+    held.clear(), ref_snapshots.clear(), result_snapshots.clear();
+  }
 };
 
 struct Observation {
@@ -147,10 +165,10 @@ int add_ref(Segment& s, const at::Tensor& t) {
     d.refs.push_back(t.unsafeGetTensorImpl()->is_wrapped_number());
     return ref;
   }
-  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-  auto [it, fresh] = s.storage_index.emplace(impl, static_cast<int>(s.storages.size()));
+  const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
+  auto [it, fresh] = s.storage_index.emplace(storage.unsafeGetStorageImpl(), static_cast<int>(s.storages.size()));
   if (fresh) {
-    s.storages.push_back({t.storage().getWeakStorageImpl(), -1, t.storage().data()});
+    s.storages.push_back({storage.getWeakStorageImpl(), -1, storage.data()});
     d.producers.push_back(-1);
   }
   d.refs.push_back(it->second);
@@ -166,7 +184,7 @@ int add_ref(Segment& s, const at::Tensor& t) {
 // had freed the input (its reads all came before), or -1. The compiled kernel writes such a
 // result into that input; a partial overlap is refused at launch (memory_hazard).
 int reused_input(const Segment& s, const at::Tensor& result) {
-  const void* data = result.storage().data();
+  const void* data = result.unsafeGetTensorImpl()->unsafe_storage().data();
   for (size_t i = 0; i < s.storages.size(); ++i)
     if (s.storages[i].producer < 0 && s.storages[i].data == data && s.storages[i].storage.use_count() == 0)
       return static_cast<int>(i);
@@ -175,8 +193,9 @@ int reused_input(const Segment& s, const at::Tensor& result) {
 
 int add_result(Segment& s, const at::Tensor& t, int call) {
   const int index = static_cast<int>(s.storages.size());
-  s.storage_index[t.storage().unsafeGetStorageImpl()] = index;
-  s.storages.push_back({t.storage().getWeakStorageImpl(), call});
+  const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
+  s.storage_index[storage.unsafeGetStorageImpl()] = index;
+  s.storages.push_back({storage.getWeakStorageImpl(), call});
   auto& d = s.desc;
   d.producers.push_back(call);
   d.results.push_back(index);
@@ -208,12 +227,15 @@ void for_each_tensor(const Call& call, const std::vector<c10::IValue>& args, F&&
 // The words `call` adds to the segment's key: its plan (operator and signature) and where each
 // tensor comes from (which storage the segment has seen, at which offset). Results add nothing:
 // the plan fixes them.
-std::vector<int64_t> call_words(const Segment& s, const Call& call) {
-  std::vector<int64_t> words{static_cast<int64_t>(call.plan)};
-  std::vector<const c10::StorageImpl*> unseen;  // numbered after the seen ones, as record() will
+// A call's words, on the stack for a call's usual handful of tensors.
+using Words = c10::SmallVector<int64_t, 24>;
+
+Words call_words(const Segment& s, const Call& call) {
+  Words words{static_cast<int64_t>(call.plan)};
+  c10::SmallVector<const c10::StorageImpl*, 8> unseen;  // numbered after the seen ones, as record() will
   for_each_tensor(call, call.args, [&](const at::Tensor& t) {
     if (!is_device_tensor(t)) return words.push_back(-2);
-    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    const c10::StorageImpl* impl = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
     int64_t index;
     if (auto it = s.storage_index.find(impl); it != s.storage_index.end()) {
       index = it->second;
@@ -233,24 +255,23 @@ std::vector<int64_t> call_words(const Segment& s, const Call& call) {
   return words;
 }
 
-uint64_t hash_after(const Segment& s, const std::vector<int64_t>& words) {
+uint64_t hash_after(const Segment& s, c10::ArrayRef<int64_t> words) {
   uint64_t h = s.hash;
   for (int64_t w : words) h = mix(h, w);
   return h;
 }
 
 // Records a call into the segment: its words, its description, its values.
-void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
+void record(Segment& s, const Call& call, c10::ArrayRef<int64_t> words) {
   const int index = static_cast<int>(s.calls());
   s.key.insert(s.key.end(), words.begin(), words.end());
   auto& d = s.desc;
   d.ops.push_back(call.op);
-  std::vector<c10::IValue> args;
-  std::vector<int64_t> roles;
+  d.roles.push_back(call.roles);
+  auto& args = d.args;
   const auto& r = *call.roles;
   for (size_t i = 0; i < r.size(); ++i) {
     const c10::IValue& v = call.args[i];
-    roles.push_back(static_cast<int64_t>(r[i]));
     switch (r[i]) {
       case Role::Tensor:
         args.emplace_back(v.isTensor() && v.toTensor().defined() ? c10::IValue(add_ref(s, v.toTensor()))
@@ -287,7 +308,7 @@ void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
       case Role::Value: args.push_back(v); break;
     }
   }
-  std::vector<c10::IValue> returns;
+  auto& returns = d.returns;
   for (const c10::IValue& out : call.outputs) {  // undefined results (unrequested gradients) are None
     if (out.isTensor() && out.toTensor().defined())
       returns.emplace_back(static_cast<int64_t>(add_result(s, out.toTensor(), index)));
@@ -297,9 +318,7 @@ void record(Segment& s, const Call& call, const std::vector<int64_t>& words) {
       returns.emplace_back(numbers);
     } else returns.emplace_back();
   }
-  d.args.push_back(std::move(args));
-  d.roles.push_back(std::move(roles));
-  d.returns.push_back(std::move(returns));
+  d.returns_end.push_back(returns.size());
   s.hash = hash_after(s, words);
   s.chain.push_back(s.hash);
 }
@@ -343,8 +362,9 @@ void launch_alone(c10::DeviceIndex device, Call& call, Actions& actions) {
 bool memory_hazard(const std::vector<std::pair<const at::Tensor*, int>>& tensors) {
   std::vector<std::tuple<uintptr_t, uintptr_t, int>> ranges;
   for (const auto& [t, storage] : tensors) {
-    const auto begin = reinterpret_cast<uintptr_t>(t->storage().data());
-    ranges.emplace_back(begin, begin + t->storage().nbytes(), storage);
+    const c10::Storage& memory = t->unsafeGetTensorImpl()->unsafe_storage();
+    const auto begin = reinterpret_cast<uintptr_t>(memory.data());
+    ranges.emplace_back(begin, begin + memory.nbytes(), storage);
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
@@ -476,19 +496,22 @@ void request_compile(uint64_t id, std::shared_ptr<Description> d, std::vector<c1
   actions.push_back([=] {
     py::gil_scoped_acquire gil;
     py::list ops, args, roles, returns;
+    size_t arg = 0, ret = 0;
     for (size_t i = 0; i < d->ops.size(); ++i) {
       const auto& name = d->ops[i].operator_name();
       ops.append(py::make_tuple(name.name, name.overload_name));
-      py::list a;
+      py::list a, kinds;
       const auto& schema = d->ops[i].schema();
-      for (size_t j = 0; j < d->args[i].size(); ++j)
-        a.append(static_cast<Role>(d->roles[i][j]) == Role::Value
-                     ? argument_object(d->args[i][j], schema.arguments()[j])
-                     : torch::jit::toPyObject(d->args[i][j]));
+      for (size_t j = 0; j < d->roles[i]->size(); ++j, ++arg) {
+        const Role role = (*d->roles[i])[j];
+        a.append(role == Role::Value ? argument_object(d->args[arg], schema.arguments()[j])
+                                     : torch::jit::toPyObject(d->args[arg]));
+        kinds.append(static_cast<int>(role));
+      }
       args.append(a);
-      roles.append(py::cast(d->roles[i]));
+      roles.append(kinds);
       py::list r;
-      for (const auto& v : d->returns[i]) r.append(torch::jit::toPyObject(v));
+      for (; ret < d->returns_end[i]; ++ret) r.append(torch::jit::toPyObject(d->returns[ret]));
       returns.append(r);
     }
     auto to_list = [](const std::vector<c10::IValue>& vs) {
@@ -524,7 +547,7 @@ void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
   if (s.calls() == 0) return;
   const bool observed = s.calls() >= kMinCalls;
   if (s.held.empty() && !observed) {  // nothing to launch or count: the live mask is not needed
-    s = Segment();
+    s.clear();
     return;
   }
   const auto live = live_results(s);
@@ -556,7 +579,7 @@ void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
       request_compile(id, std::make_shared<Description>(std::move(s.desc)), std::move(s.values), std::move(first), live,
                       actions);
   }
-  s = Segment();
+  s.clear();
 }
 
 void run(Actions& actions) {
@@ -616,7 +639,7 @@ void submit(c10::DeviceIndex device, Call call) {
       // It leaves every compiled segment: the calls held so far may be one by themselves, and
       // this call starts the next segment.
       if (s.matching && !s.held.empty() && launch_held(device, s, live_results(s), actions)) {
-        s = Segment();
+        s.clear();
         continue;
       }
       s.matching = false;  // the held calls went one by one: the segment goes on, observed

@@ -391,7 +391,13 @@ def _strided_reads_as_views(gm: torch.fx.GraphModule) -> None:
 # barriers for a thread the program's thread has displaced (TinyGPT's fused backward segments
 # took more time than the eager kernels they replaced). Loops go parallel from 16,384 elements per
 # thread, about ATen's grain (32,768 elements), as the eager kernels beside them do.
-_SEGMENT_KERNELS = {"cpp.min_chunk_size": 16384}
+#
+# No input size asserts: a fused kernel is launched only for calls whose plans (every tensor's
+# dtype, sizes and strides) match the segment it was compiled for, and the C++ wrapper's asserts
+# format a string stream for every input at every launch (about a twentieth of the program
+# thread's instructions outside the kernels in a TinyGPT step, whose optimizer segment has 300
+# inputs).
+_SEGMENT_KERNELS = {"cpp.min_chunk_size": 16384, "size_asserts": False}
 
 # Inductor's C++ wrapper (torch/_inductor/codegen/cpp_wrapper_cpu.py, torch 2.13) starts by
 # releasing the interpreter lock its Python binding holds; the device's worker calls the entry
