@@ -337,6 +337,25 @@ def test_fused_kernels_run_without_the_interpreter_lock(adaptive):
     torch.testing.assert_close(y.cpu(), ((x.cpu() * 2).sin() + x.cpu()).cos())
 
 
+def test_a_fused_segments_code_checks_no_input_sizes(adaptive):
+    """The key already fixes every input's layout (the calls' plans), so the generated C++ has no
+    per-input size assert (each formatted string streams at every launch); its C++ wrapper is the
+    code the worker runs (compiled here, in this process, once no background compile runs)."""
+    segments.wait_for_compiles()
+    requests = []
+    torch_neuronx._C._adaptive_set_compiler(lambda segment_id, d: requests.append(d))
+    try:
+        x = torch.randn(16, 8).to(DEVICE)
+        for _ in range(3):
+            ((x * 2).sin() + x).cos().sum().item()
+    finally:
+        torch_neuronx._C._adaptive_set_compiler(segments._request)
+    (description,) = requests
+    source = segments.compile_to_source(description)["source"]
+    assert "inductor_entry_impl" in source and "neuron_segment_entry" in source
+    assert "assert_size_stride" not in source
+
+
 def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, monkeypatch):
     """When Inductor's C++ wrapper cannot take a segment, its Python wrapper is compiled instead,
     and the worker calls it with the interpreter lock (compiled here, in this process, once no
