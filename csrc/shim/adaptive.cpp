@@ -70,10 +70,10 @@ struct Fused {
 };
 
 // What Python needs to build a segment's graph (kept for every segment: the one that reaches
-// the compile count has it when it ends).
-// Per call: its operator and roles; its arguments and returns follow each other in flat lists
-// (a call's arguments are its roles' count; `returns_end` ends each call's returns), so that
-// describing a call allocates nothing once the segment's lists have grown.
+// the compile count has it when it ends). Per call, its operator and roles; the calls' arguments
+// and returns follow each other in flat lists (a call has as many arguments as roles;
+// `returns_end` ends each call's returns), so describing a call adds to lists that keep their
+// memory from segment to segment (Segment::clear) instead of making lists of its own.
 struct Description {
   std::vector<c10::OperatorHandle> ops;
   std::vector<const std::vector<Role>*> roles;
@@ -110,8 +110,8 @@ struct Segment {
   std::vector<at::Tensor> result_snapshots;  // per fresh result, while held
   size_t calls() const { return chain.size(); }
 
-  // Empty again, for the core's next segment: the containers keep their memory, so a program's
-  // segments, all alike, stop allocating once the first ones have grown them.
+  // Empty again, for the core's next segment: the containers keep their memory, which the
+  // program's next segments, alike, reuse instead of growing new containers call by call.
   void clear() {
     stream = -1, hash = kSeed, matching = false;
     chain.clear(), key.clear(), values.clear(), storages.clear(), storage_index.clear(), desc.clear();
@@ -224,12 +224,12 @@ void for_each_tensor(const Call& call, const std::vector<c10::IValue>& args, F&&
   }
 }
 
-// The words `call` adds to the segment's key: its plan (operator and signature) and where each
-// tensor comes from (which storage the segment has seen, at which offset). Results add nothing:
-// the plan fixes them.
 // A call's words, on the stack for a call's usual handful of tensors.
 using Words = c10::SmallVector<int64_t, 24>;
 
+// The words `call` adds to the segment's key: its plan (operator and signature) and where each
+// tensor comes from (which storage the segment has seen, at which offset). Results add nothing:
+// the plan fixes them.
 Words call_words(const Segment& s, const Call& call) {
   Words words{static_cast<int64_t>(call.plan)};
   c10::SmallVector<const c10::StorageImpl*, 8> unseen;  // numbered after the seen ones, as record() will

@@ -337,20 +337,26 @@ def test_fused_kernels_run_without_the_interpreter_lock(adaptive):
     torch.testing.assert_close(y.cpu(), ((x.cpu() * 2).sin() + x.cpu()).cos())
 
 
+def _compile_requests(program) -> list:
+    """The compile requests (segment id, description) that running ``program`` three times
+    makes, taken from the background compiler (which is idle first and restored after)."""
+    segments.wait_for_compiles()
+    requests = []
+    torch_neuronx._C._adaptive_set_compiler(lambda segment_id, d: requests.append((segment_id, d)))
+    try:
+        for _ in range(3):
+            program()
+    finally:
+        torch_neuronx._C._adaptive_set_compiler(segments._request)
+    return requests
+
+
 def test_a_fused_segments_code_checks_no_input_sizes(adaptive):
     """The key already fixes every input's layout (the calls' plans), so the generated C++ has no
     per-input size assert (each formatted string streams at every launch); its C++ wrapper is the
     code the worker runs (compiled here, in this process, once no background compile runs)."""
-    segments.wait_for_compiles()
-    requests = []
-    torch_neuronx._C._adaptive_set_compiler(lambda segment_id, d: requests.append(d))
-    try:
-        x = torch.randn(16, 8).to(DEVICE)
-        for _ in range(3):
-            ((x * 2).sin() + x).cos().sum().item()
-    finally:
-        torch_neuronx._C._adaptive_set_compiler(segments._request)
-    (description,) = requests
+    x = torch.randn(16, 8).to(DEVICE)
+    ((_, description),) = _compile_requests(lambda: ((x * 2).sin() + x).cos().sum().item())
     source = segments.compile_to_source(description)["source"]
     assert "inductor_entry_impl" in source and "neuron_segment_entry" in source
     assert "assert_size_stride" not in source
@@ -360,27 +366,18 @@ def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, mon
     """When Inductor's C++ wrapper cannot take a segment, its Python wrapper is compiled instead,
     and the worker calls it with the interpreter lock (compiled here, in this process, once no
     background compile runs: the compile patches Inductor's wrapper loader while it runs)."""
-    segments.wait_for_compiles()
-    requests = []
-    torch_neuronx._C._adaptive_set_compiler(lambda segment_id, d: requests.append((segment_id, d)))
-    try:
-        x = torch.randn(32, 32).to(DEVICE)
-        program = lambda: ((x + 1).exp() * x).sum().item()  # noqa: E731
-        for _ in range(3):
-            program()
-        (segment_id, description), = requests
+    x = torch.randn(32, 32).to(DEVICE)
+    program = lambda: ((x + 1).exp() * x).sum().item()  # noqa: E731
+    ((segment_id, description),) = _compile_requests(program)
 
-        def refuse(source: str) -> str:
-            raise segments.Unsupported("refused for the test")
-        monkeypatch.setattr(segments, "native_entry_source", refuse)
-        status, answer = segments._loaded("ok", segments.compile_to_source(description))
-        assert status == "ok" and segments.native_library(answer["kernel"]) == ""
-        torch_neuronx._C._adaptive_install(segment_id, answer["kernel"], "", answer["input_refs"],
-                                           answer["outputs"], answer["runtime_values"], "neuron::test_segment",
-                                           answer["summary"])
-        values = [program() for _ in range(2)]
-    finally:
-        torch_neuronx._C._adaptive_set_compiler(segments._request)
+    def refuse(source: str) -> str:
+        raise segments.Unsupported("refused for the test")
+    monkeypatch.setattr(segments, "native_entry_source", refuse)
+    status, answer = segments._loaded("ok", segments.compile_to_source(description))
+    assert status == "ok" and segments.native_library(answer["kernel"]) == ""
+    torch_neuronx._C._adaptive_install(segment_id, answer["kernel"], "", answer["input_refs"], answer["outputs"],
+                                       answer["runtime_values"], "neuron::test_segment", answer["summary"])
+    values = [program() for _ in range(2)]
     assert torch_neuronx.get_adaptive_metrics()["fused_launches"] == 2
     expected = ((x.cpu() + 1).exp() * x.cpu()).sum().item()
     assert values == pytest.approx([expected] * 2, rel=1e-5)
