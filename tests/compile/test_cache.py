@@ -293,6 +293,24 @@ def test_the_key_includes_the_build_of_the_extension(monkeypatch):
     assert cache.backend_version() == before
 
 
+def test_the_key_includes_the_adaptive_segment_compiler(monkeypatch):
+    """A fused segment's code comes from torch_neuronx/adaptive/segments.py (its replay and
+    Inductor settings): a changed compiler must not load segments the old one cached."""
+    from torch_neuronx.adaptive import segments
+    from torch_neuronx.compile import cache
+    compiler_source = Path(segments.__file__).resolve()
+    real_read = Path.read_bytes
+    before = cache.backend_version()
+    monkeypatch.setattr(Path, "read_bytes", lambda p: b"changed" if p.resolve() == compiler_source else real_read(p))
+    cache.backend_version.cache_clear()
+    try:
+        assert cache.backend_version() != before
+    finally:
+        monkeypatch.undo()
+        cache.backend_version.cache_clear()
+    assert cache.backend_version() == before
+
+
 # Inductor's vector ISA probe in a fresh process: with the backend's probe (the candidates'
 # checks side by side when their libraries are not built) or Inductor's own, one after the other.
 ISA_PROBE = """

@@ -104,12 +104,13 @@ def _file_hash(path: Path) -> str:
 @functools.cache
 def backend_version() -> str:
     """What the generated code depends on besides the graph: the package version, the build of
-    the C++ extension (a rebuilt shim invalidates entries) and the compile and lowering source."""
+    the C++ extension (a rebuilt shim invalidates entries) and the compile, lowering and
+    adaptive-segment source (segments.py replays and compiles the segments it caches)."""
     from .. import _C
     package = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256(importlib.metadata.version("torch-neuronx-sim").encode())
     digest.update(_file_hash(Path(_C.__file__)).encode())
-    for path in sorted([*package.glob("compile/*.py"), *package.glob("ops/*.py")]):
+    for path in sorted([*package.glob("compile/*.py"), *package.glob("ops/*.py"), *package.glob("adaptive/*.py")]):
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
