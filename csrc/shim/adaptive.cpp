@@ -106,8 +106,8 @@ struct Segment {
   Description desc;
   bool matching = false;          // calls are held back: it may become a compiled segment
   std::vector<Call> held;
-  std::vector<c10::IValue> ref_snapshots;  // per reference, while held: what a fused kernel reads
-  std::vector<at::Tensor> result_snapshots;  // per fresh result, while held
+  // While held: per reference and per fresh result, its record (held call, index in its records)
+  std::vector<std::pair<int, int64_t>> ref_records, result_records;
   size_t calls() const { return chain.size(); }
 
   // Empty again, for the core's next segment: the containers keep their memory, which the
@@ -115,7 +115,7 @@ struct Segment {
   void clear() {
     stream = -1, hash = kSeed, matching = false;
     chain.clear(), key.clear(), values.clear(), storages.clear(), storage_index.clear(), desc.clear();
-    held.clear(), ref_snapshots.clear(), result_snapshots.clear();
+    held.clear(), ref_records.clear(), result_records.clear();
   }
 };
 
@@ -323,14 +323,25 @@ void record(Segment& s, const Call& call, c10::ArrayRef<int64_t> words) {
   s.chain.push_back(s.hash);
 }
 
-// The snapshots a fused kernel would read and write, kept while the call is held.
-void keep_snapshots(Segment& s, const Call& call) {
-  for_each_tensor(call, call.kernel_args, [&](const at::Tensor& t) { s.ref_snapshots.emplace_back(t); });
-  for (const c10::IValue& out : call.kernel_outputs) {  // as record() numbers the results
-    if (out.isTensor() && out.toTensor().defined()) s.result_snapshots.push_back(out.toTensor());
-    else if (out.isTensorList())
-      for (const at::Tensor& t : out.toTensorList())
-        if (t.defined()) s.result_snapshots.push_back(t);
+// Where a fused kernel would find the call's tensors while it is held: the call's records, in
+// the order record() numbers its references and results.
+void keep_records(Segment& s, const Call& call) {
+  const int held = static_cast<int>(s.held.size());
+  const auto& r = *call.roles;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const c10::IValue& v = call.kernel_args[i];
+    if (r[i] == Role::Tensor) {
+      if (v.isInt()) s.ref_records.emplace_back(held, v.toInt());
+    } else if (r[i] == Role::TensorList || r[i] == Role::OptTensorList) {
+      for (int64_t index : v.toIntVector())
+        if (index >= 0) s.ref_records.emplace_back(held, index);
+    }
+  }
+  for (const c10::IValue& out : call.kernel_outputs) {
+    if (out.isInt()) s.result_records.emplace_back(held, out.toInt());
+    else if (out.isIntList())
+      for (int64_t index : out.toIntVector())
+        if (call.records.defined(index)) s.result_records.emplace_back(held, index);
   }
 }
 
@@ -359,13 +370,7 @@ void launch_alone(c10::DeviceIndex device, Call& call, Actions& actions) {
 // Whether two tensors a fused kernel reads or writes share memory without being one storage
 // the segment knows (an input's memory, freed, now holds a result): then only the calls in
 // order are right.
-bool memory_hazard(const std::vector<std::pair<const at::Tensor*, int>>& tensors) {
-  std::vector<std::tuple<uintptr_t, uintptr_t, int>> ranges;
-  for (const auto& [t, storage] : tensors) {
-    const c10::Storage& memory = t->unsafeGetTensorImpl()->unsafe_storage();
-    const auto begin = reinterpret_cast<uintptr_t>(memory.data());
-    ranges.emplace_back(begin, begin + memory.nbytes(), storage);
-  }
+bool memory_hazard(std::vector<std::tuple<uintptr_t, uintptr_t, int>> ranges) {
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (std::get<0>(ranges[i]) < std::get<1>(ranges[i - 1]) && std::get<2>(ranges[i]) != std::get<2>(ranges[i - 1]))
@@ -389,20 +394,22 @@ std::shared_ptr<const Fused> find_fused(const Segment& s, const std::vector<bool
 bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& live, Actions& actions) {
   if (s.held.empty()) return false;
   auto fused = find_fused(s, live);
-  std::vector<at::Tensor> inputs, outputs;
+  std::vector<std::pair<int, int64_t>> inputs, outputs;  // records: (held call, index)
   if (fused) {
-    std::vector<std::pair<const at::Tensor*, int>> touched;
-    inputs.reserve(fused->input_refs.size());  // `touched` points into both
-    outputs.reserve(fused->outputs.size());
+    std::vector<std::tuple<uintptr_t, uintptr_t, int>> touched;
+    auto touch = [&](const std::pair<int, int64_t>& at, int storage) {
+      const auto [begin, end] = s.held[at.first].records.memory(at.second);
+      touched.emplace_back(begin, end, storage);
+    };
     for (int ref : fused->input_refs) {
-      inputs.push_back(s.ref_snapshots[ref].toTensor());
-      touched.emplace_back(&inputs.back(), static_cast<int>(s.desc.refs[s.desc.ref_at[ref]]));
+      inputs.push_back(s.ref_records[ref]);
+      touch(inputs.back(), static_cast<int>(s.desc.refs[s.desc.ref_at[ref]]));
     }
     for (int out : fused->outputs) {
-      outputs.push_back(s.result_snapshots[out]);
-      touched.emplace_back(&outputs.back(), s.desc.results[out]);
+      outputs.push_back(s.result_records[out]);
+      touch(outputs.back(), s.desc.results[out]);
     }
-    if (memory_hazard(touched)) {
+    if (memory_hazard(std::move(touched))) {
       fused = nullptr;
       std::lock_guard<std::mutex> lock(tables_mu);
       ++counters.fused_refused;
@@ -424,25 +431,45 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
     ++counters.fused_launches;
     counters.calls_fused += static_cast<int64_t>(s.held.size());
   }
-  std::vector<c10::IValue> described_in(inputs.begin(), inputs.end()), described_out(outputs.begin(), outputs.end());
-  // The profiler's record of the kernel names the operators it replaced.
-  std::string described = profiler::describe_launch(described_in, described_out);
-  if (!described.empty()) described.insert(described.size() - 1, ", \"replaces\": \"" + fused->replaced + "\"");
+  std::vector<TensorRecords> records;  // the held calls' records, which the fused kernel reads
+  records.reserve(s.held.size());
+  for (auto& call : s.held) records.push_back(std::move(call.records));
+  // The host tensors of `inputs`, `outputs` and the scalars, as the kernel's arguments.
+  auto host_arguments = [](const std::vector<TensorRecords>& records, const std::vector<std::pair<int, int64_t>>& ins,
+                           const std::vector<std::pair<int, int64_t>>& outs, const std::vector<c10::IValue>& values) {
+    std::vector<HostAliases> aliases;  // per held call, over its records
+    aliases.reserve(records.size());
+    for (const auto& r : records) aliases.emplace_back(/*resizable=*/false, &r);
+    std::vector<at::Tensor> hosts;
+    hosts.reserve(ins.size() + outs.size() + values.size());
+    for (const auto& [call, index] : ins) hosts.push_back(aliases[call](c10::IValue(index)));
+    for (const auto& [call, index] : outs) hosts.push_back(aliases[call](c10::IValue(index)));
+    for (const auto& v : values)
+      hosts.push_back(v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
+                      : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
+                                   : at::scalar_tensor(v.toInt(), at::kLong));
+    return hosts;
+  };
+  // The profiler's record of the kernel names the operators it replaced (the host tensors have
+  // the shapes and dtypes it describes).
+  std::string described;
+  if (profiler::recording()) {
+    const auto hosts = host_arguments(records, inputs, outputs, {});
+    described = profiler::describe_launch(std::vector<c10::IValue>(hosts.begin(), hosts.begin() + inputs.size()),
+                                          std::vector<c10::IValue>(hosts.begin() + inputs.size(), hosts.end()));
+    if (!described.empty()) described.insert(described.size() - 1, ", \"replaces\": \"" + fused->replaced + "\"");
+  }
   Launch how{.name = fused->name,
              .host = core_segment(device).placement.place(fused.get(), installs.load(), placement_mode.load()),
              .described = std::move(described),
              .ends_segment = false};
-  actions.push_back([device, fused, inputs = std::move(inputs), outputs = std::move(outputs),
-                     scalars = std::move(scalars), how = std::move(how)]() mutable {
-    launch(device, [fused, inputs, outputs, scalars] {
-      HostAliases alias;
-      std::vector<at::Tensor> hosts;
-      for (const auto& t : inputs) hosts.push_back(alias(t));
-      for (const auto& t : outputs) hosts.push_back(alias(t));
-      for (const auto& v : scalars)
-        hosts.push_back(v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
-                        : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
-                                     : at::scalar_tensor(v.toInt(), at::kLong));
+  actions.push_back([device, fused, records = std::move(records), inputs = std::move(inputs),
+                     outputs = std::move(outputs), scalars = std::move(scalars), how = std::move(how),
+                     host_arguments]() mutable {
+    launch(device,
+           [fused, records = std::move(records), inputs = std::move(inputs), outputs = std::move(outputs),
+            scalars = std::move(scalars), host_arguments] {
+      std::vector<at::Tensor> hosts = host_arguments(records, inputs, outputs, scalars);
       if (fused->entry) {
         std::vector<void*> handles;
         handles.reserve(hosts.size());
@@ -457,7 +484,8 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
       } catch (py::error_already_set& e) {
         throw std::runtime_error(fused->name + " (fused " + fused->replaced + "): " + e.what());
       }
-    }, std::move(how));
+    },
+           std::move(how));
   });
   s.held.clear();
   return true;
@@ -630,7 +658,7 @@ void submit(c10::DeviceIndex device, Call call) {
       const auto words = call_words(s, call);
       if (s.matching && any_prefix(hash_after(s, words))) {  // may still become a compiled segment
         record(s, call, words);
-        keep_snapshots(s, call);
+        keep_records(s, call);
         call.args.clear();  // the caller's tensors: holding them would keep its results alive
         call.outputs.clear();
         s.held.push_back(std::move(call));

@@ -16,6 +16,7 @@
 #include <functional>
 #include <vector>
 
+#include "host_aliases.h"
 #include "launch.h"
 
 namespace torch_neuronx::adaptive {
@@ -30,8 +31,9 @@ struct Call {
   const std::vector<Role>* roles = nullptr;  // per argument; owned by the operator's kernel
   std::vector<c10::IValue> args;          // the caller's arguments (identity of tensors)
   std::vector<c10::IValue> outputs;       // per return: its fresh tensor(s), or None (an argument)
-  std::vector<c10::IValue> kernel_args;   // the snapshots the kernel works on, same order
-  std::vector<c10::IValue> kernel_outputs;
+  std::vector<c10::IValue> kernel_args;   // the kernel's arguments, tensors as indices of `records`
+  std::vector<c10::IValue> kernel_outputs;  // per return: its fresh tensor(s) as indices, or None
+  TensorRecords records;                  // the call's tensors as its kernel (or a fused one) sees them
   std::function<void()> kernel;           // the call alone
   Launch how;
 };

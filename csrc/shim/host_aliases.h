@@ -42,6 +42,13 @@ class Snapshots {
 class TensorRecords {
  public:
   c10::IValue operator()(const c10::IValue& v);
+  // Whether record `i` is a tensor (not an undefined one), and the memory it lies in ([begin,
+  // end) of its storage; empty for a tensor of another device).
+  bool defined(int64_t i) const { return records_[i].storage || records_[i].as_is.defined(); }
+  std::pair<uintptr_t, uintptr_t> memory(int64_t i) const {
+    const auto begin = reinterpret_cast<uintptr_t>(records_[i].data);
+    return {begin, begin + records_[i].nbytes};
+  }
 
  private:
   friend class HostAliases;

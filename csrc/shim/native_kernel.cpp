@@ -473,9 +473,9 @@ class NativeKernel final : public c10::OperatorKernel {
       launch(device, kernel(op, device, std::move(args), std::move(fresh), plan.use_out, std::move(records)),
              std::move(how));
     } else {
-      Snapshots take;  // the segment's compiled kernel takes tensors (adaptive.h)
-      std::vector<c10::IValue> fresh = per_return(plan, outputs, take);
-      for (auto& arg : args) arg = take(arg);
+      TensorRecords records;  // the call's, or a fused kernel's (adaptive.h)
+      std::vector<c10::IValue> fresh = per_return(plan, outputs, records);
+      for (auto& arg : args) arg = records(arg);
       std::vector<c10::IValue> returned = per_return(plan, outputs, [](const c10::IValue& v) { return v; });
       adaptive::submit(device, {.op = op,
                                 .plan = plan.id,
@@ -484,7 +484,9 @@ class NativeKernel final : public c10::OperatorKernel {
                                 .outputs = std::move(returned),
                                 .kernel_args = args,
                                 .kernel_outputs = fresh,
-                                .kernel = kernel(op, device, std::move(args), std::move(fresh), plan.use_out),
+                                .records = records,
+                                .kernel = kernel(op, device, std::move(args), std::move(fresh), plan.use_out,
+                                                 std::move(records)),
                                 .how = std::move(how)});
     }
     for (auto& out : outputs) stack->push_back(std::move(out));
