@@ -277,13 +277,11 @@ def test_a_tampered_entry_is_deleted_and_never_executed(cache_dir, tmp_path):
     assert "pwned" not in entry.read_text()  # compiled again and stored anew
 
 
-def test_the_key_includes_the_build_of_the_extension(monkeypatch):
-    from torch_neuronx import _C
+def _assert_changes_the_backend_version(monkeypatch, target, name: str, value) -> None:
+    """The backend version differs while ``target.name`` is ``value``, and is itself again after."""
     from torch_neuronx.compile import cache
-    real_hash = cache._file_hash
     before = cache.backend_version()
-    monkeypatch.setattr(cache, "_file_hash",
-                        lambda p: "rebuilt" if Path(p) == Path(_C.__file__) else real_hash(p))
+    monkeypatch.setattr(target, name, value)
     cache.backend_version.cache_clear()
     try:
         assert cache.backend_version() != before
@@ -291,24 +289,24 @@ def test_the_key_includes_the_build_of_the_extension(monkeypatch):
         monkeypatch.undo()
         cache.backend_version.cache_clear()
     assert cache.backend_version() == before
+
+
+def test_the_key_includes_the_build_of_the_extension(monkeypatch):
+    from torch_neuronx import _C
+    from torch_neuronx.compile import cache
+    real_hash = cache._file_hash
+    _assert_changes_the_backend_version(
+        monkeypatch, cache, "_file_hash", lambda p: "rebuilt" if Path(p) == Path(_C.__file__) else real_hash(p))
 
 
 def test_the_key_includes_the_adaptive_segment_compiler(monkeypatch):
     """A fused segment's code comes from torch_neuronx/adaptive/segments.py (its replay and
     Inductor settings): a changed compiler must not load segments the old one cached."""
     from torch_neuronx.adaptive import segments
-    from torch_neuronx.compile import cache
     compiler_source = Path(segments.__file__).resolve()
     real_read = Path.read_bytes
-    before = cache.backend_version()
-    monkeypatch.setattr(Path, "read_bytes", lambda p: b"changed" if p.resolve() == compiler_source else real_read(p))
-    cache.backend_version.cache_clear()
-    try:
-        assert cache.backend_version() != before
-    finally:
-        monkeypatch.undo()
-        cache.backend_version.cache_clear()
-    assert cache.backend_version() == before
+    _assert_changes_the_backend_version(
+        monkeypatch, Path, "read_bytes", lambda p: b"changed" if p.resolve() == compiler_source else real_read(p))
 
 
 # Inductor's vector ISA probe in a fresh process: with the backend's probe (the candidates'
