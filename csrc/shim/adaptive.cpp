@@ -390,6 +390,26 @@ std::shared_ptr<const Fused> find_fused(const Segment& s, const std::vector<bool
   return f;
 }
 
+// A fused kernel's arguments: host tensors of its inputs and outputs (held call, index in that
+// call's records), then its runtime scalars as 0-dim tensors.
+std::vector<at::Tensor> fused_arguments(const std::vector<TensorRecords>& records,
+                                        const std::vector<std::pair<int, int64_t>>& ins,
+                                        const std::vector<std::pair<int, int64_t>>& outs,
+                                        const std::vector<c10::IValue>& values) {
+  std::vector<HostAliases> aliases;  // per held call, over its records
+  aliases.reserve(records.size());
+  for (const auto& r : records) aliases.emplace_back(/*resizable=*/false, &r);
+  std::vector<at::Tensor> hosts;
+  hosts.reserve(ins.size() + outs.size() + values.size());
+  for (const auto& [call, index] : ins) hosts.push_back(aliases[call](c10::IValue(index)));
+  for (const auto& [call, index] : outs) hosts.push_back(aliases[call](c10::IValue(index)));
+  for (const auto& v : values)
+    hosts.push_back(v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
+                    : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
+                                 : at::scalar_tensor(v.toInt(), at::kLong));
+  return hosts;
+}
+
 // Launches what the segment holds: one fused kernel when one matches, else each call.
 bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& live, Actions& actions) {
   if (s.held.empty()) return false;
@@ -434,27 +454,11 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
   std::vector<TensorRecords> records;  // the held calls' records, which the fused kernel reads
   records.reserve(s.held.size());
   for (auto& call : s.held) records.push_back(std::move(call.records));
-  // The host tensors of `inputs`, `outputs` and the scalars, as the kernel's arguments.
-  auto host_arguments = [](const std::vector<TensorRecords>& records, const std::vector<std::pair<int, int64_t>>& ins,
-                           const std::vector<std::pair<int, int64_t>>& outs, const std::vector<c10::IValue>& values) {
-    std::vector<HostAliases> aliases;  // per held call, over its records
-    aliases.reserve(records.size());
-    for (const auto& r : records) aliases.emplace_back(/*resizable=*/false, &r);
-    std::vector<at::Tensor> hosts;
-    hosts.reserve(ins.size() + outs.size() + values.size());
-    for (const auto& [call, index] : ins) hosts.push_back(aliases[call](c10::IValue(index)));
-    for (const auto& [call, index] : outs) hosts.push_back(aliases[call](c10::IValue(index)));
-    for (const auto& v : values)
-      hosts.push_back(v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
-                      : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
-                                   : at::scalar_tensor(v.toInt(), at::kLong));
-    return hosts;
-  };
   // The profiler's record of the kernel names the operators it replaced (the host tensors have
   // the shapes and dtypes it describes).
   std::string described;
   if (profiler::recording()) {
-    const auto hosts = host_arguments(records, inputs, outputs, {});
+    const auto hosts = fused_arguments(records, inputs, outputs, {});
     described = profiler::describe_launch(std::vector<c10::IValue>(hosts.begin(), hosts.begin() + inputs.size()),
                                           std::vector<c10::IValue>(hosts.begin() + inputs.size(), hosts.end()));
     if (!described.empty()) described.insert(described.size() - 1, ", \"replaces\": \"" + fused->replaced + "\"");
@@ -464,12 +468,11 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
              .described = std::move(described),
              .ends_segment = false};
   actions.push_back([device, fused, records = std::move(records), inputs = std::move(inputs),
-                     outputs = std::move(outputs), scalars = std::move(scalars), how = std::move(how),
-                     host_arguments]() mutable {
+                     outputs = std::move(outputs), scalars = std::move(scalars), how = std::move(how)]() mutable {
     launch(device,
            [fused, records = std::move(records), inputs = std::move(inputs), outputs = std::move(outputs),
-            scalars = std::move(scalars), host_arguments] {
-      std::vector<at::Tensor> hosts = host_arguments(records, inputs, outputs, scalars);
+            scalars = std::move(scalars)] {
+      std::vector<at::Tensor> hosts = fused_arguments(records, inputs, outputs, scalars);
       if (fused->entry) {
         std::vector<void*> handles;
         handles.reserve(hosts.size());
