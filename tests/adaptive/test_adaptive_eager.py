@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -272,19 +273,34 @@ print(m["fused_launches"], m["compile_cache_hits"], y)
 """
 
 
-def test_compiled_segments_persist_in_the_executable_cache(tmp_path):
-    env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "cache")}
+def _run_program(cache: Path, **env: str) -> list[str]:
+    """PROGRAM in a fresh process with the executable cache ``cache``: fused launches, cache hits,
+    the last value. It warns of no corrupt cache entry."""
+    env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": str(cache), **env}
     env.pop("TORCH_NEURONX_EAGER_MODE", None)
+    run = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, check=True)
+    assert "corrupt" not in run.stderr, run.stderr
+    return run.stdout.split()
 
-    def run() -> list[str]:
-        return subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
-                              check=True).stdout.split()
 
-    cold, warm = run(), run()
+def test_compiled_segments_persist_in_the_executable_cache(tmp_path):
+    cold, warm = _run_program(tmp_path / "cache"), _run_program(tmp_path / "cache")
     assert int(cold[0]) >= 1 and int(cold[1]) == 0, cold
     assert int(warm[0]) >= 1 and int(warm[1]) >= 1, warm  # loaded, not compiled again
     assert cold[2] == warm[2]
     assert any(p.suffix == ".py" for p in (tmp_path / "cache").rglob("*"))
+
+
+def test_segments_cached_for_another_vector_instruction_set_are_compiled_again(tmp_path):
+    """Inductor's kernels hard-code the vector width they were generated for (built for another,
+    they read and write past their buffers): a process without vector instructions
+    (``ATEN_CPU_CAPABILITY=default``) neither loads the segments a vectorizing one cached (which
+    would not build here, and be deleted as corrupt) nor gets them from Inductor's FX graph cache,
+    and computes the same value."""
+    vector = _run_program(tmp_path / "cache")
+    scalar = _run_program(tmp_path / "cache", ATEN_CPU_CAPABILITY="default")
+    assert int(scalar[0]) >= 1 and int(scalar[1]) == 0, scalar
+    assert float(scalar[2]) == pytest.approx(float(vector[2]), rel=1e-5)
 
 
 def test_results_in_the_memory_of_freed_inputs(adaptive):

@@ -34,8 +34,8 @@ def child_env(cache_dir: Path) -> dict[str, str]:
             "TORCHINDUCTOR_CACHE_DIR": str(cache_dir.parent / "inductor")}
 
 
-def start_child(cache_dir: Path, script: str = CHILD) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", script], env=child_env(cache_dir), text=True,
+def start_child(cache_dir: Path, script: str = CHILD, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", script], env={**child_env(cache_dir), **env}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -54,6 +54,19 @@ def test_a_fresh_process_with_a_warm_cache_skips_compilation(tmp_path):
     assert (cold["graph_cache_hits"], warm["graph_cache_hits"]) == (0, 1)
     assert "compiler" not in warm["compile_time_s"] and "lowering" not in warm["compile_time_s"]
     assert (warm["loss"], warm["grads"]) == (cold["loss"], cold["grads"])
+
+
+def test_a_cache_filled_for_another_vector_instruction_set_is_not_used(tmp_path):
+    """Inductor's kernels hard-code the vector width they were generated for: code generated
+    without vectors (``ATEN_CPU_CAPABILITY=default``) or for AVX2, built for AVX-512, reads and
+    writes past its buffers. A process whose instruction set differs compiles its own graphs
+    (neither the executable cache nor AOTAutograd's cache hits) and gets the same results."""
+    scalar = finish(start_child(tmp_path / "cache", ATEN_CPU_CAPABILITY="default"))
+    vector = finish(start_child(tmp_path / "cache"))
+    assert (vector["executables_compiled"], vector["cache_hits"], vector["graph_cache_hits"]) == (2, 0, 0)
+    def values(child: dict) -> torch.Tensor:  # float32, as computed: vectorized or not, rounded differently
+        return torch.tensor([child["loss"], *(g for grad in child["grads"] for g in grad)])
+    torch.testing.assert_close(values(vector), values(scalar))
 
 
 # Records the modules that threads other than the main thread import.

@@ -527,13 +527,14 @@ _META = "# adaptive segment "  # the last line of a cached segment module: how t
 def _digest(d: dict[str, Any]) -> str:
     """The executable-cache key of a segment: everything its generated code depends on (its
     description with the scalars that changed between sightings left out, the torch and backend
-    versions), none of what only this process knows (signature identities)."""
+    versions, the vector instruction set), none of what only this process knows (signature
+    identities)."""
     from ..compile import cache
     varying = _varying(d)
     stable = {k: v for k, v in d.items() if k not in ("values", "first_values")}
     stable["values"] = [None if i in varying else (type(v).__name__, v) for i, v in enumerate(d["values"])]
     return hashlib.sha256(repr((sorted(stable.items()), torch.__version__, cache.backend_version(),
-                                "adaptive-segment")).encode()).hexdigest()
+                                cache.vector_isa(), "adaptive-segment")).encode()).hexdigest()
 
 
 def _compiled(d: dict[str, Any]) -> tuple[str, dict[str, Any] | str]:
@@ -606,6 +607,8 @@ def start() -> None:
     """Give the device its compiler (once)."""
     global _worker
     if _worker is None:
+        from ..compile import cache
+        cache.start_isa_probe()  # from this thread: the probe's imports must not run beside the program's
         _worker = threading.Thread(target=_work, name="neuron-adaptive-compile", daemon=True)
         _worker.start()
         _C._adaptive_set_compiler(_request)

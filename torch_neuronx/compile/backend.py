@@ -166,10 +166,8 @@ def _aot_compile(gm: fx.GraphModule, example_inputs: list[Any], graph_id: int,
     # With the eager fallback on, the backward also compiles with the forward, so that a failure
     # of either makes the whole graph run eagerly.
     ahead = aot_cache or settings.fallback_execution(options)
-    tag = f"{torch.compiler.config.cache_key_tag}|torch_neuronx {cache.backend_version()}"
     hits = _aot_cache_hits()
     with _stage("aot_autograd", f"graph {graph_id}"), cache.inductor_caches(root), \
-            torch.compiler.config.patch(cache_key_tag=tag), \
             torch._functorch.config.patch(force_non_lazy_backward_lowering=ahead,
                                           bundled_autograd_cache=True):
         compiled = backend(gm, example_inputs)

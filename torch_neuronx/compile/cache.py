@@ -176,22 +176,39 @@ def key(gm: fx.GraphModule, *context: str) -> str:
     """The entry of a graph; ``context``: what else its compilation depends on."""
     from torch._inductor import config as inductor_config
     digest = hashlib.sha256()
-    for part in (_FORMAT, torch.__version__, backend_version(), inductor_config.get_hash().hex(),
+    for part in (_FORMAT, torch.__version__, backend_version(), vector_isa(), inductor_config.get_hash().hex(),
                  *context, *_graph_lines(gm)):
         digest.update(part.encode() + b"\n")
     return digest.hexdigest()
+
+
+def vector_isa() -> str:
+    """The vector instruction set Inductor generates CPU kernels for in this process: the host's
+    widest, or the one ``ATEN_CPU_CAPABILITY`` (or Inductor's ``cpp.simdlen``) names. Generated
+    code hard-codes its vector width, and a kernel generated for AVX2 and built for AVX-512 (a cache
+    filled under another setting, or on another machine) reads and writes past its buffers; so
+    every key of generated code includes it. Neither Inductor's own FX graph cache key nor
+    AOTAutograd's does (torch 2.13): the backend tags them with it (:func:`inductor_caches`)."""
+    wait_isa_probe()
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    return str(pick_vec_isa()) or "none"
 
 
 @contextlib.contextmanager
 def inductor_caches(root: Path | None) -> Iterator[None]:
     """Around the backend's calls into Inductor: with the executable cache disabled (``root``
     None), Inductor's FX graph cache is off for neuron graphs too, so nothing compiled for the
-    device is reused; otherwise Inductor's caches as they are."""
-    if root is not None:
-        yield
+    device is reused; otherwise Inductor's and AOTAutograd's caches as they are, their keys tagged
+    with this backend's source and the vector instruction set (``cache_key_tag``, appended to any
+    tag of the user's; once when entered again)."""
+    if root is None:
+        from torch._inductor import config as inductor_config
+        with inductor_config.patch(fx_graph_cache=False):
+            yield
         return
-    from torch._inductor import config as inductor_config
-    with inductor_config.patch(fx_graph_cache=False):
+    ours = f"|torch_neuronx {backend_version()} {vector_isa()}"
+    tag = torch.compiler.config.cache_key_tag
+    with torch.compiler.config.patch(cache_key_tag=tag if tag.endswith(ours) else tag + ours):
         yield
 
 
