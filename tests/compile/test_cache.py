@@ -64,6 +64,7 @@ def test_a_cache_filled_for_another_vector_instruction_set_is_not_used(tmp_path)
     scalar = finish(start_child(tmp_path / "cache", ATEN_CPU_CAPABILITY="default"))
     vector = finish(start_child(tmp_path / "cache"))
     assert (vector["executables_compiled"], vector["cache_hits"], vector["graph_cache_hits"]) == (2, 0, 0)
+
     def values(child: dict) -> torch.Tensor:  # float32, as computed: vectorized or not, rounded differently
         return torch.tensor([child["loss"], *(g for grad in child["grads"] for g in grad)])
     torch.testing.assert_close(values(vector), values(scalar))

@@ -198,17 +198,14 @@ def vector_isa() -> str:
 def inductor_caches(root: Path | None) -> Iterator[None]:
     """Around the backend's calls into Inductor: with the executable cache disabled (``root``
     None), Inductor's FX graph cache is off for neuron graphs too, so nothing compiled for the
-    device is reused; otherwise Inductor's and AOTAutograd's caches as they are, their keys tagged
-    with this backend's source and the vector instruction set (``cache_key_tag``, appended to any
-    tag of the user's; once when entered again)."""
-    if root is None:
-        from torch._inductor import config as inductor_config
-        with inductor_config.patch(fx_graph_cache=False):
-            yield
-        return
+    device is reused; otherwise Inductor's and AOTAutograd's caches as they are. Their keys are
+    tagged with this backend's source and the vector instruction set (``cache_key_tag``, appended
+    to any tag of the user's; once when entered again)."""
+    from torch._inductor import config as inductor_config
     ours = f"|torch_neuronx {backend_version()} {vector_isa()}"
     tag = torch.compiler.config.cache_key_tag
-    with torch.compiler.config.patch(cache_key_tag=tag if tag.endswith(ours) else tag + ours):
+    with torch.compiler.config.patch(cache_key_tag=tag if tag.endswith(ours) else tag + ours), \
+            inductor_config.patch(fx_graph_cache=False) if root is None else contextlib.nullcontext():
         yield
 
 
