@@ -63,6 +63,7 @@ def assert_learns(losses: dict[int, list[float]]) -> None:
     assert last < first - 2.0, losses
 
 
+@pytest.mark.slow  # half a minute: kept out of the default suite's time budget
 def test_one_process(workdir):
     assert_learns(train(workdir, 1, "--training.local_batch_size", "4"))
 

@@ -31,6 +31,11 @@ def sweep_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return done
 
 
+# The tests of the subset run: about 80 s of two sweeps (ten models), marked slow to keep the
+# default suite within its time budget.
+SUBSET_RUN = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def subset_dir(tmp_path_factory):
     """The subset: one model with torch.compile, then the other nine without, into one --out (the
@@ -61,6 +66,7 @@ def cpu_and_neuron(name: str):
     return expected, got, torch_neuronx.get_fallback_ops()
 
 
+@SUBSET_RUN
 def test_subset_writes_tables_report_and_chart(subset_dir, subset_rows):
     assert sorted(subset_rows) == [f"causal-lm/{m}" for m in SUBSET]
     for name in ("results.parquet", "results.csv", "summary.md", "summary.png"):
@@ -76,6 +82,7 @@ def test_subset_writes_tables_report_and_chart(subset_dir, subset_rows):
     assert f"transformers {subset_rows['causal-lm/llama']['transformers_version']}" in summary
 
 
+@SUBSET_RUN
 def test_subset_rows_agree_with_the_models_run_here(subset_rows):
     """Every model of the subset trains on the CPU here, as its row says; the versions are ours."""
     import transformers
@@ -94,6 +101,7 @@ def test_subset_rows_agree_with_the_models_run_here(subset_rows):
             assert row["failed_stage"] and row["error_type"] and row["error_layer"] in results.LAYERS, key
 
 
+@SUBSET_RUN
 def test_parity_figures_and_fallbacks_match_a_run_here(subset_rows):
     row = subset_rows[f"causal-lm/{COMPILED}"]
     expected, got, fallbacks = cpu_and_neuron(COMPILED)
@@ -106,6 +114,7 @@ def test_parity_figures_and_fallbacks_match_a_run_here(subset_rows):
     assert row["fallback_ops"] == ";".join(sorted(fallbacks))
 
 
+@SUBSET_RUN
 def test_only_the_compiled_model_ran_the_compile_stages(subset_rows):
     compiled = subset_rows[f"causal-lm/{COMPILED}"]
     assert compiled["status_compile"] in ("pass", "fail")
@@ -116,6 +125,7 @@ def test_only_the_compiled_model_ran_the_compile_stages(subset_rows):
     assert not any(r["compile_pass"] for r in others)
 
 
+@SUBSET_RUN
 def test_a_rerun_with_the_same_out_runs_nothing_new(subset_dir):
     log = os.path.join(subset_dir, results.JSONL)
     before = open(log).read()
@@ -124,6 +134,7 @@ def test_a_rerun_with_the_same_out_runs_nothing_new(subset_dir):
     assert open(log).read() == before
 
 
+@SUBSET_RUN
 def test_merge_of_shards_gives_the_whole_table(subset_dir, subset_rows, tmp_path):
     rows = sorted(subset_rows.values(), key=lambda r: r["key"])
     shard_dirs = []
@@ -137,6 +148,7 @@ def test_merge_of_shards_gives_the_whole_table(subset_dir, subset_rows, tmp_path
     assert os.path.exists(tmp_path / "merged" / "summary.md") and os.path.exists(tmp_path / "merged" / "summary.png")
 
 
+@SUBSET_RUN
 def test_compare_names_the_models_whose_outcome_changed(subset_rows, tmp_path):
     before = sorted(subset_rows.values(), key=lambda r: r["key"])
     after = [dict(r) for r in before]
