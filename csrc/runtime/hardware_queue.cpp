@@ -1,5 +1,7 @@
 #include "hardware_queue.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <limits>
 #include <sstream>
@@ -19,6 +21,7 @@ std::atomic<KernelObserver> kernel_observer{nullptr};
 std::atomic<IdleRelease> idle_release{nullptr};
 std::atomic<HostWait> host_wait{nullptr};
 std::atomic<WorkerStart> worker_start{nullptr};
+std::atomic<ComputeThreads> compute_threads_hook{nullptr};
 thread_local bool tls_worker = false;
 thread_local int tls_executing = -1;  // the core whose kernel this thread is executing
 thread_local const LaunchInfo* tls_executing_info = nullptr;
@@ -53,6 +56,7 @@ void set_kernel_observer(KernelObserver observer) { kernel_observer = observer; 
 
 void set_idle_release(IdleRelease release) { idle_release = release; }
 void set_host_wait(HostWait wait) { host_wait = wait; }
+void set_compute_threads(ComputeThreads threads) { compute_threads_hook = threads; }
 
 HardwareQueue::HardwareQueue(int device, size_t max_inflight, bool inline_kernels)
     : device_(device), max_inflight_(max_inflight), inline_kernels_(inline_kernels) {
@@ -239,6 +243,8 @@ void HardwareQueue::execute(int stream, const std::function<void()>& fn, const L
 
 void HardwareQueue::run() {
   tls_worker = true;
+  // Named for `top -H`, py-spy and debuggers; its OpenMP threads inherit the name.
+  pthread_setname_np(pthread_self(), ("neuron-core" + std::to_string(device_)).c_str());
   if (WorkerStart start = worker_start.load()) start();
   for (;;) {
     Item item;
@@ -272,7 +278,11 @@ void HardwareQueue::run() {
       streams_[stream].items.pop_front();
       running_ = true;
     }
-    if (item.fn) execute(stream, item.fn, item.info, item.capture);
+    if (item.fn) {
+      if (ComputeThreads threads = compute_threads_hook.load(); threads && item.info.compute_threads > 0)
+        threads(item.info.compute_threads);
+      execute(stream, item.fn, item.info, item.capture);
+    }
     if (item.record_event) {
       reach(*item.record_event, item.record_version);
       Runtime::get().notify_all_queues();

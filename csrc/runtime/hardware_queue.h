@@ -74,6 +74,7 @@ struct LaunchInfo {
   std::string name;          // operation name, used in error messages
   std::string launch_stack;  // Python stack at launch, when stack capture is on
   uint64_t correlation = 0;  // opaque token the shim links the kernel to its launch with (0: none)
+  int compute_threads = 0;   // the launching thread's intra-op thread count (0: the worker's own)
 };
 
 // Called on a worker after each kernel with its execution interval; set only while a
@@ -103,6 +104,11 @@ void set_idle_release(IdleRelease release);
 // there: the kernels being waited for may be Python kernels that need it).
 using HostWait = void (*)(const std::function<void()>& wait);
 void set_host_wait(HostWait host_wait);
+
+// Run by a worker before each kernel launched with a `compute_threads` count: the shim gives the
+// worker that many compute threads, so a kernel computes as on its launching thread.
+using ComputeThreads = void (*)(int threads);
+void set_compute_threads(ComputeThreads threads);
 
 // Which kernels may run on the launching thread when the core is idle, saving the hand-off to
 // the worker. Parallel kernels use the compute threads of the thread that runs them, and two

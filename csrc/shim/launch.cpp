@@ -1,5 +1,6 @@
 #include "launch.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <pybind11/pybind11.h>
 
@@ -90,7 +91,7 @@ bool launch(c10::DeviceIndex device, std::function<void()> fn, Launch how) {
   const int stream = static_cast<int>(current_stream(device).id());
   auto error = blocking ? std::make_shared<std::exception_ptr>() : nullptr;
   const uint64_t token = profiler::on_launch(device, std::move(how.described));
-  neuron_rt::LaunchInfo info{std::move(how.name), launch_stack(), token};
+  neuron_rt::LaunchInfo info{std::move(how.name), launch_stack(), token, at::get_num_threads()};
   const auto seq = c.queue.launch(stream, std::move(fn), std::move(info), error);
   profiler::on_enqueued(token);
   if (!blocking) return true;

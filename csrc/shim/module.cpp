@@ -116,6 +116,7 @@ PYBIND11_MODULE(_C, m) {
   // Python kernels (compiled graphs, kernel-language ops, collectives) that need it.
   neuron_rt::set_host_wait(&without_gil);
   neuron_rt::set_worker_start(&setup_worker_thread);
+  neuron_rt::set_compute_threads(&use_compute_threads);
   // The shared-memory link of a process group (torch_neuronx/distributed/shared_memory.py); the
   // control block's address comes from the Python mapping of the segment.
   m.def("_process_exited", &neuron_rt::process_exited);

@@ -1,5 +1,6 @@
 #include "openmp.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include "../runtime/runtime.h"
@@ -13,6 +14,9 @@ namespace torch_neuronx {
 // TinyGPT graphs ran 2x slower). A host thread waiting for a core has no use for its team, so it
 // releases it (omp_pause_resource_all); its next parallel CPU op re-creates it. Other OpenMP
 // runtimes than libgomp are left alone.
+// A kernel runs with its launching thread's intra-op thread count (torch.set_num_threads): some
+// CPU kernels round differently with another count (a full sum, a small matmul), and a kernel
+// must give the bits it gives on the CPU, wherever it runs.
 namespace {
 void pause_openmp_threads() {
   using Pause = int (*)(int);
@@ -31,6 +35,14 @@ void release_host_openmp_threads() {
 }
 
 void release_worker_openmp_threads() { pause_openmp_threads(); }
+
+void use_compute_threads(int threads) {
+  // at::set_num_threads also resets oneDNN's cache and MKL's count: only when the count changes.
+  thread_local int current = 0;
+  if (threads == current) return;
+  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+  current = threads;
+}
 
 
 }  // namespace torch_neuronx

@@ -11,4 +11,7 @@ void release_host_openmp_threads();
 // The worker's counterpart, run when a host thread claims the compute threads (HostWork::kClaim).
 void release_worker_openmp_threads();
 
+// Run by the worker before a kernel: gives it the launching thread's intra-op thread count.
+void use_compute_threads(int threads);
+
 }  // namespace torch_neuronx

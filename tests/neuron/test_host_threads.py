@@ -1,5 +1,6 @@
 """Host threads that wait for a core release their idle OpenMP threads (csrc/shim/device.cpp),
 so that libgomp does not throttle the core worker's team. Thread counts, not timing, are checked."""
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import torch_neuronx
+from helpers import run_py
 
 SCRIPT = """
 import os, time, torch, torch_neuronx
@@ -52,3 +54,36 @@ def test_waiting_host_thread_releases_its_openmp_threads(wait):
     before, with_host_team, after = map(int, done.stdout.split()[-3:])
     assert with_host_team > before  # the main thread's team exists...
     assert after == before  # ...and is gone once the main thread waited for the core
+
+
+
+THREAD_COUNTS = """
+import json, torch, torch_neuronx
+torch.manual_seed(0)
+x, w = torch.randn(4096, 1024), torch.randn(1024, 64)
+xd, wd = x.to("neuron"), w.to("neuron")
+same = {}
+for threads in (1, 2, 1):
+    torch.set_num_threads(threads)
+    total, product = xd.sum().cpu(), (xd[:64] @ wd).cpu()
+    same[threads] = same.get(threads, True) and torch.equal(total, x.sum()) and torch.equal(product, x[:64] @ w)
+print(json.dumps({"same": same, "counts": torch_neuronx.runtime.kernel_counts()}))
+"""
+
+
+@pytest.mark.skipif(os.cpu_count() < 2, reason="one thread count only")
+def test_kernels_on_the_worker_compute_with_the_launching_threads_thread_count():
+    # A full sum and a small matmul round differently with one and two threads: the worker runs
+    # them as the launching thread would on the CPU, bit for bit (the same CPU kernels).
+    done = run_py(THREAD_COUNTS, TORCH_NEURONX_SIM_CONF="inline_kernels:0")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["counts"]["host"] == 0 and result["counts"]["worker"] > 0  # every kernel ran on the worker
+    assert result["same"] == {"1": True, "2": True}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads thread names in /proc")
+def test_the_cores_worker_thread_is_named_after_its_core():
+    torch.ones(1, device="neuron").add_(1).cpu()
+    names = {Path(f"/proc/self/task/{tid}/comm").read_text().strip() for tid in os.listdir("/proc/self/task")}
+    assert "neuron-core0" in names
