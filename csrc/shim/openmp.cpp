@@ -37,7 +37,7 @@ void release_host_openmp_threads() {
 void release_worker_openmp_threads() { pause_openmp_threads(); }
 
 void use_compute_threads(int threads) {
-  // at::set_num_threads also resets oneDNN's cache and MKL's count: only when the count changes.
+  // at::set_num_threads also sets MKL's count and clears oneDNN's convolution cache: only on a change.
   thread_local int current = 0;
   if (threads == current) return;
   if (at::get_num_threads() != threads) at::set_num_threads(threads);
