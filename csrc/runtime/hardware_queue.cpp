@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "float_controls.h"
 #include "runtime.h"
 
 namespace neuron_rt {
@@ -131,6 +132,7 @@ uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo 
   Item item;
   item.fn = std::move(fn);
   item.info = std::move(info);
+  item.float_controls = float_controls();
   item.capture = std::move(capture);
   return push(stream, std::move(item));
 }
@@ -246,6 +248,7 @@ void HardwareQueue::run() {
   // Named for `top -H`, py-spy and debuggers; its OpenMP threads inherit the name.
   pthread_setname_np(pthread_self(), ("neuron-core" + std::to_string(device_)).c_str());
   if (WorkerStart start = worker_start.load()) start();
+  uint64_t controls = float_controls();  // the worker's now: a kernel gets its launcher's
   for (;;) {
     Item item;
     int stream;
@@ -279,6 +282,7 @@ void HardwareQueue::run() {
       running_ = true;
     }
     if (item.fn) {
+      if (item.float_controls != controls) set_float_controls(controls = item.float_controls);
       if (ComputeThreads threads = compute_threads_hook.load(); threads && item.info.compute_threads > 0)
         threads(item.info.compute_threads);
       execute(stream, item.fn, item.info, item.capture);

@@ -174,6 +174,7 @@ class HardwareQueue final : public StreamProgress {
   struct Item {
     std::function<void()> fn;
     LaunchInfo info;
+    uint64_t float_controls = 0;  // the launching thread's (float_controls.h)
     uint64_t seq;
     std::shared_ptr<std::exception_ptr> capture;
     std::shared_ptr<Event> record_event;  // marker: complete this event

@@ -57,30 +57,47 @@ def test_waiting_host_thread_releases_its_openmp_threads(wait):
 
 
 
-THREAD_COUNTS = """
+LAUNCHER_SETTINGS = """
 import json, torch, torch_neuronx
 torch.manual_seed(0)
 x, w = torch.randn(4096, 1024), torch.randn(1024, 64)
 xd, wd = x.to("neuron"), w.to("neuron")
-same = {}
-for threads in (1, 2, 1):
-    torch.set_num_threads(threads)
+threads = {}
+for count in (1, 2, 1):
+    torch.set_num_threads(count)
     total, product = xd.sum().cpu(), (xd[:64] @ wd).cpu()
-    same[threads] = same.get(threads, True) and torch.equal(total, x.sum()) and torch.equal(product, x[:64] @ w)
-print(json.dumps({"same": same, "counts": torch_neuronx.runtime.kernel_counts()}))
+    same = torch.equal(total, x.sum()) and torch.equal(product, x[:64] @ w)
+    threads[count] = threads.get(count, True) and same
+denormals = torch.tensor([1e-39, 3e-40, 1.0])
+flush = {}
+for on in (True, False, True, False):
+    torch.set_flush_denormal(on)
+    flush[on] = flush.get(on, True) and torch.equal((denormals.to("neuron") * 2).cpu(), denormals * 2)
+print(json.dumps({"threads": threads, "flush": flush, "counts": torch_neuronx.runtime.kernel_counts()}))
 """
 
 
-@pytest.mark.skipif(os.cpu_count() < 2, reason="one thread count only")
-def test_kernels_on_the_worker_compute_with_the_launching_threads_thread_count():
-    # A full sum and a small matmul round differently with one and two threads: the worker runs
-    # them as the launching thread would on the CPU, bit for bit (the same CPU kernels).
-    done = run_py(THREAD_COUNTS, TORCH_NEURONX_SIM_CONF="inline_kernels:0")
+@pytest.fixture(scope="module")
+def launcher_settings():
+    """Kernels launched under a thread's CPU settings, every one run by the core's worker."""
+    done = run_py(LAUNCHER_SETTINGS, TORCH_NEURONX_SIM_CONF="inline_kernels:0")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
-    assert result["counts"]["host"] == 0 and result["counts"]["worker"] > 0  # every kernel ran on the worker
-    assert result["same"] == {"1": True, "2": True}
+    assert result["counts"]["host"] == 0 and result["counts"]["worker"] > 0
+    return result
 
+
+@pytest.mark.skipif(os.cpu_count() < 2, reason="one thread count only")
+def test_kernels_on_the_worker_compute_with_the_launching_threads_thread_count(launcher_settings):
+    # A full sum and a small matmul round differently with one and two threads: the worker runs
+    # them as the launching thread would on the CPU, bit for bit (the same CPU kernels).
+    assert launcher_settings["threads"] == {"1": True, "2": True}
+
+
+def test_kernels_on_the_worker_flush_denormals_as_the_launching_thread_does(launcher_settings):
+    # torch.set_flush_denormal sets the calling thread's floating-point controls; the worker
+    # takes the launching thread's, turned on and off again.
+    assert launcher_settings["flush"] == {"true": True, "false": True}
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads thread names in /proc")
 def test_the_cores_worker_thread_is_named_after_its_core():

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../float_controls.h"
 #include "../runtime.h"
 #include "../shared_link.h"
 
@@ -394,6 +395,26 @@ void link_barrier_times_out_naming_the_late_rank_then_stays_broken() {
   CHECK(throws_saying([&] { link_barrier(page.base, 0, 2, 0.2); }, "broken since rank 0"));
 }
 
+void kernels_run_with_their_launching_threads_float_controls() {
+  HardwareQueue q(0, 256, false);
+  const uint64_t mine = float_controls();
+#if defined(__x86_64__) || defined(__i386__)
+  const uint64_t flush = mine | 0x8040;  // flush-to-zero and denormals-are-zero
+#elif defined(__aarch64__)
+  const uint64_t flush = mine | (1u << 24);  // FZ
+#else
+  const uint64_t flush = mine;
+#endif
+  std::vector<uint64_t> seen;
+  for (uint64_t controls : {flush, mine, flush}) {
+    set_float_controls(controls);
+    launch(q, 0, [&seen] { seen.push_back(float_controls()); });
+    q.synchronize();
+  }
+  set_float_controls(mine);
+  CHECK((seen == std::vector<uint64_t>{flush, mine, flush}));
+}
+
 }  // namespace
 
 int main() {
@@ -417,6 +438,8 @@ int main() {
       {"injected_faults_fail_their_kernels_fault_points_count_times",
        injected_faults_fail_their_kernels_fault_points_count_times},
       {"the_runtime_has_no_cores_until_configured", the_runtime_has_no_cores_until_configured},
+      {"kernels_run_with_their_launching_threads_float_controls",
+       kernels_run_with_their_launching_threads_float_controls},
       {"cores_run_side_by_side", cores_run_side_by_side},  // last: it configures the process's runtime
   };
   int failed = 0;
