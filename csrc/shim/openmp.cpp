@@ -38,10 +38,7 @@ void release_worker_openmp_threads() { pause_openmp_threads(); }
 
 void use_compute_threads(int threads) {
   // at::set_num_threads also sets MKL's count and clears oneDNN's convolution cache: only on a change.
-  thread_local int current = 0;
-  if (threads == current) return;
   if (at::get_num_threads() != threads) at::set_num_threads(threads);
-  current = threads;
 }
 
 

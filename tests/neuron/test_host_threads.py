@@ -56,7 +56,6 @@ def test_waiting_host_thread_releases_its_openmp_threads(wait):
     assert after == before  # ...and is gone once the main thread waited for the core
 
 
-
 LAUNCHER_SETTINGS = """
 import json, torch, torch_neuronx
 torch.manual_seed(0)
@@ -98,6 +97,7 @@ def test_kernels_on_the_worker_flush_denormals_as_the_launching_thread_does(laun
     # torch.set_flush_denormal sets the calling thread's floating-point controls; the worker
     # takes the launching thread's, turned on and off again.
     assert launcher_settings["flush"] == {"true": True, "false": True}
+
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads thread names in /proc")
 def test_the_cores_worker_thread_is_named_after_its_core():
