@@ -24,8 +24,8 @@ than eager, and on both at least 80% of the compiled speed.
 
 Where (b)'s step spends its time: three more processes take the same turns with the same step
 on small tensors (vocabulary 8, width 8, batch 2, block 64 as in (b): the same operators, which
-adaptive eager fuses into the same segments, with kernels of little work; with smaller blocks it
-leaves two backward segments unfused), which times each mode's host work per step: adaptive,
+adaptive eager fuses into the same segments, with kernels of little work), which times each
+mode's host work per step: adaptive,
 compiled, and PyTorch's own eager on the CPU (AdamW's ``foreach`` path, as on the device). The
 step's time beyond its host work is its kernels and the waits for them. From these, the bound of
 an eager mode with no work of its own: PyTorch's CPU dispatch, then the compiled graphs' kernels

@@ -62,6 +62,7 @@ struct Fused {
   std::vector<bool> live;                          // which results it writes (those still held)
   std::vector<int> input_refs;                     // tensor references it reads, in its order
   std::vector<int> outputs;                        // results it writes, in its order
+  std::vector<int> written_after;                  // positions in outputs written after the kernel
   std::vector<int> runtime_values;                 // scalar values it takes as 0-dim tensors
   std::vector<std::pair<int, c10::IValue>> fixed;  // scalar values compiled in, checked
   std::shared_ptr<KernelObject> kernel;            // kernel(list of host tensors)
@@ -410,6 +411,24 @@ std::vector<at::Tensor> fused_arguments(const std::vector<TensorRecords>& record
   return hosts;
 }
 
+// Runs a fused kernel on its arguments (host tensors of its inputs, outputs and scalars).
+void run_fused(const Fused& fused, std::vector<at::Tensor> hosts) {
+  if (fused.entry) {
+    std::vector<void*> handles;
+    handles.reserve(hosts.size());
+    for (auto& t : hosts) handles.push_back(new at::Tensor(std::move(t)));  // the entry takes them
+    if (const char* error = fused.entry(handles.data()))
+      throw std::runtime_error(fused.name + " (fused " + fused.replaced + "): " + error);
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  try {
+    fused.kernel->object(py::cast(hosts));
+  } catch (py::error_already_set& e) {
+    throw std::runtime_error(fused.name + " (fused " + fused.replaced + "): " + e.what());
+  }
+}
+
 // Launches what the segment holds: one fused kernel when one matches, else each call.
 bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& live, Actions& actions) {
   if (s.held.empty()) return false;
@@ -425,9 +444,12 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
       inputs.push_back(s.ref_records[ref]);
       touch(inputs.back(), static_cast<int>(s.desc.refs[s.desc.ref_at[ref]]));
     }
-    for (int out : fused->outputs) {
-      outputs.push_back(s.result_records[out]);
-      touch(outputs.back(), s.desc.results[out]);
+    for (size_t i = 0; i < fused->outputs.size(); ++i) {
+      outputs.push_back(s.result_records[fused->outputs[i]]);
+      // A result written after the kernel may take the memory of an input the kernel reads.
+      const auto& after = fused->written_after;
+      if (std::find(after.begin(), after.end(), static_cast<int>(i)) == after.end())
+        touch(outputs.back(), s.desc.results[fused->outputs[i]]);
     }
     if (memory_hazard(std::move(touched))) {
       fused = nullptr;
@@ -473,20 +495,14 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
            [fused, records = std::move(records), inputs = std::move(inputs), outputs = std::move(outputs),
             scalars = std::move(scalars)] {
       std::vector<at::Tensor> hosts = fused_arguments(records, inputs, outputs, scalars);
-      if (fused->entry) {
-        std::vector<void*> handles;
-        handles.reserve(hosts.size());
-        for (auto& t : hosts) handles.push_back(new at::Tensor(std::move(t)));  // the entry takes them
-        if (const char* error = fused->entry(handles.data()))
-          throw std::runtime_error(fused->name + " (fused " + fused->replaced + "): " + error);
-        return;
+      std::vector<std::pair<at::Tensor, at::Tensor>> after;  // (result's memory, what the kernel wrote)
+      for (int i : fused->written_after) {
+        at::Tensor& out = hosts[inputs.size() + i];
+        after.emplace_back(out, at::empty_strided(out.sizes(), out.strides(), out.options()));
+        out = after.back().second;
       }
-      py::gil_scoped_acquire gil;
-      try {
-        fused->kernel->object(py::cast(hosts));
-      } catch (py::error_already_set& e) {
-        throw std::runtime_error(fused->name + " (fused " + fused->replaced + "): " + e.what());
-      }
+      run_fused(*fused, std::move(hosts));
+      for (auto& [result, written] : after) result.copy_(written);
     },
            std::move(how));
   });
@@ -703,12 +719,14 @@ NativeEntry find_entry(const std::string& library) {
 }
 
 void install(uint64_t id, py::object kernel, const std::string& library, std::vector<int> input_refs,
-             std::vector<int> outputs, std::vector<int> runtime_values, std::string name, std::string replaced) {
+             std::vector<int> outputs, std::vector<int> written_after, std::vector<int> runtime_values,
+             std::string name, std::string replaced) {
   auto f = std::make_shared<Fused>();
   f->kernel = std::make_shared<KernelObject>(std::move(kernel));
   f->entry = find_entry(library);
   f->input_refs = std::move(input_refs);
   f->outputs = std::move(outputs);
+  f->written_after = std::move(written_after);
   f->runtime_values = std::move(runtime_values);
   f->name = std::move(name);
   f->replaced = std::move(replaced);

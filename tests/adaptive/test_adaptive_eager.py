@@ -16,6 +16,7 @@ from torch import nn
 import torch_neuronx
 from helpers import assert_import_setting
 from torch_neuronx.adaptive import reset_adaptive, segments
+from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
 
 DEVICE = "neuron"
 
@@ -150,6 +151,37 @@ def test_training_matches_cpu_and_plain_eager(adaptive, lr_schedule):
     for p, q in zip(model.parameters(), cpu_model.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
 
+
+
+@pytest.mark.slow  # its five segments compile: 45 s
+def test_a_small_gpt_trains_fused_like_the_cpu(adaptive):
+    # Small enough for results to get the memory of smaller freed inputs in its backward segments.
+    config = GPTConfig(vocab_size=8, block_size=4, n_embd=8)
+    ((x, y),) = make_batches(1, 2, config.block_size, config.vocab_size, seed=0)
+
+    def trained(device):
+        torch.manual_seed(0)
+        model = TinyGPT(config).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+        losses = []
+        for _ in range(6):
+            loss = model(x.to(device), y.to(device))[1]
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+            segments.wait_for_compiles()
+        return losses, model
+
+    cpu_losses, cpu_model = trained("cpu")
+    losses, model = trained(DEVICE)
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert metrics["compile_failures"] == 0 and metrics["fused_launches"] >= 5, metrics
+    torch.testing.assert_close(losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    # AdamW steps every element by about lr whatever its gradient's size: a gradient near zero that
+    # fused code sums in another order can move its parameter by up to lr (1e-2) more or less.
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-4)
 
 def test_memory_statistics_at_sync_points_are_eager_ones():
     def program(t):
@@ -319,6 +351,32 @@ def test_results_in_the_memory_of_freed_inputs(adaptive):
     assert metrics["fused_launches"] >= 1 and metrics["fused_refused"] == 0, metrics
 
 
+def test_a_result_larger_than_the_freed_input_whose_memory_it_gets(adaptive):
+    # Small tensors share the allocator's smallest block: a result four times the size of a freed
+    # input fits in its memory, not in its layout. The fused kernel reads the input from there.
+    x = torch.randn(8).to(DEVICE)
+    reused = []
+
+    def program():
+        inp = x + 1
+        inp.sum().item()  # ends the segment: `inp` comes from before the next one
+        y = inp.sin()
+        address = inp.data_ptr()
+        del inp
+        z = torch.cat([y, y, y, y])  # the allocator hands it the memory of `inp`, freed above
+        reused.append(z.data_ptr() == address)
+        doubled = z * 2
+        return z.cpu(), doubled.cpu()
+
+    expected = torch.cat([(x.cpu() + 1).sin()] * 4)
+    for z, doubled in run_until_fused(program):
+        torch.testing.assert_close(z, expected)
+        torch.testing.assert_close(doubled, expected * 2)
+    metrics = torch_neuronx.get_adaptive_metrics()
+    assert all(reused), "the test's premise: the result gets the freed input's memory"
+    assert metrics["compile_failures"] == 0 and metrics["fused_launches"] >= 1, metrics
+
+
 def test_fused_kernels_run_without_the_interpreter_lock(adaptive):
     """A fused kernel is Inductor's C++ wrapper code called by the core's worker without the
     interpreter lock: it completes while the program's thread keeps the lock (a busy Python loop
@@ -388,7 +446,8 @@ def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, mon
     status, answer = segments._loaded("ok", segments.compile_to_source(description))
     assert status == "ok" and segments.native_library(answer["kernel"]) == ""
     torch_neuronx._C._adaptive_install(segment_id, answer["kernel"], "", answer["input_refs"], answer["outputs"],
-                                       answer["runtime_values"], "neuron::test_segment", answer["summary"])
+                                       answer["written_after"], answer["runtime_values"], "neuron::test_segment",
+                                       answer["summary"])
     values = [program() for _ in range(2)]
     assert torch_neuronx.get_adaptive_metrics()["fused_launches"] == 2
     expected = ((x.cpu() + 1).exp() * x.cpu()).sum().item()

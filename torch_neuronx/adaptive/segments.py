@@ -204,8 +204,11 @@ class _Graph:
                 self.input_refs.append(r)
         # A result the allocator placed in the memory of an input the program had freed is
         # written into that input (its reads all come first), viewed in the result's layout;
-        # otherwise results are outputs.
+        # otherwise results are outputs. One that the input's layout does not hold (small
+        # tensors share the allocator's smallest blocks: a larger result gets a smaller input's
+        # memory) is an output the device writes into its memory after the kernel.
         self.into_input: dict[int, int] = {}
+        written_after = set()
         for k, e in enumerate(d["reuses"]):
             if not self.live[k] or e < 0:
                 continue
@@ -214,9 +217,11 @@ class _Graph:
             dtype, sizes, strides = self.layouts[k]
             if base is None or base.offset or base.dtype != dtype or \
                     not self._spans(self.input_refs[next(iter(slots))], [], extra=(sizes, strides)):
-                raise Unsupported("a result reuses the memory of an input it does not fit as that input")
-            self.into_input[k] = next(iter(slots))
+                written_after.add(k)
+            else:
+                self.into_input[k] = next(iter(slots))
         self.outputs = [k for k, live in enumerate(self.live) if live and k not in self.into_input]
+        self.written_after = [i for i, k in enumerate(self.outputs) if k in written_after]  # positions
         # Scalars that changed between sightings become inputs where an overload takes them as
         # tensors; the others are compiled in (and checked by the device at every launch).
         self.runtime_values: list[int] = []
@@ -371,6 +376,7 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
     if compiled.constants:
         raise Unsupported("the generated code holds tensor constants")
     return {"source": source, "input_refs": graph.input_refs, "outputs": graph.outputs,
+            "written_after": graph.written_after,
             "runtime_values": graph.runtime_values, "summary": _summary(graph.ops)}
 
 
@@ -582,7 +588,7 @@ def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
     name = f"neuron::adaptive_segment_{next(_ids)}"
     try:
         _C._adaptive_install(segment_id, answer["kernel"], native_library(answer["kernel"]),
-                             answer["input_refs"], answer["outputs"],
+                             answer["input_refs"], answer["outputs"], answer["written_after"],
                              answer["runtime_values"], name, answer["summary"])
     except RuntimeError:  # the segments were reset (reset_adaptive) while it compiled
         pass
