@@ -208,7 +208,7 @@ class _Graph:
         # tensors share the allocator's smallest blocks: a larger result gets a smaller input's
         # memory) is an output the device writes into its memory after the kernel.
         self.into_input: dict[int, int] = {}
-        written_after = set()
+        written_after: set[int] = set()
         for k, e in enumerate(d["reuses"]):
             if not self.live[k] or e < 0:
                 continue
