@@ -351,6 +351,27 @@ def test_results_in_the_memory_of_freed_inputs(adaptive):
     assert metrics["fused_launches"] >= 1 and metrics["fused_refused"] == 0, metrics
 
 
+
+def test_a_result_in_the_memory_of_a_freed_input_it_read_transposed(adaptive):
+    # The fused kernel reads the input (written in place first) transposed and the result takes
+    # its memory: written inside the kernel, it would overwrite elements still to be read.
+    x = torch.randn(8, 8).to(DEVICE)
+
+    def program():
+        inp = x + 1
+        inp.sum().item()  # ends the segment: `inp` comes from before the next one
+        inp.mul_(2)
+        s = inp.t().sin()
+        del inp
+        z = s * 3  # the allocator hands it the memory of `inp`, freed above
+        del s
+        return z.cpu()
+
+    expected = ((x.cpu() + 1) * 2).t().sin() * 3
+    for z in run_until_fused(program):
+        torch.testing.assert_close(z, expected)
+    assert torch_neuronx.get_adaptive_metrics()["fused_launches"] >= 1
+
 def test_a_result_larger_than_the_freed_input_whose_memory_it_gets(adaptive):
     # Small tensors share the allocator's smallest block: a result four times the size of a freed
     # input fits in its memory, not in its layout. The fused kernel reads the input from there.

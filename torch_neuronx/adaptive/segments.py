@@ -202,26 +202,12 @@ class _Graph:
             for geometry, r in geometries.items():
                 self.input_of[(storage, *geometry)] = (len(self.input_refs), False)
                 self.input_refs.append(r)
-        # A result the allocator placed in the memory of an input the program had freed is
-        # written into that input (its reads all come first), viewed in the result's layout;
-        # otherwise results are outputs. One that the input's layout does not hold (small
-        # tensors share the allocator's smallest blocks: a larger result gets a smaller input's
-        # memory) is an output the device writes into its memory after the kernel.
-        self.into_input: dict[int, int] = {}
-        written_after: set[int] = set()
-        for k, e in enumerate(d["reuses"]):
-            if not self.live[k] or e < 0:
-                continue
-            slots = {self.input_of[(e, *self.refs[r].geometry)][0] for r in layouts_of[e]}
-            base = self.refs[self.input_refs[next(iter(slots))]] if len(slots) == 1 else None
-            dtype, sizes, strides = self.layouts[k]
-            if base is None or base.offset or base.dtype != dtype or \
-                    not self._spans(self.input_refs[next(iter(slots))], [], extra=(sizes, strides)):
-                written_after.add(k)
-            else:
-                self.into_input[k] = next(iter(slots))
-        self.outputs = [k for k, live in enumerate(self.live) if live and k not in self.into_input]
-        self.written_after = [i for i, k in enumerate(self.outputs) if k in written_after]  # positions
+        # A result the allocator placed in the memory of an input the program had freed (every
+        # read of the input comes first) is an output the device writes into its memory after the
+        # kernel: written inside it, into the input, Inductor may store elements the same loop
+        # has yet to read (a result of the input read transposed).
+        self.outputs = [k for k, live in enumerate(self.live) if live]
+        self.written_after = [i for i, k in enumerate(self.outputs) if d["reuses"][k] >= 0]  # positions
         # Scalars that changed between sightings become inputs where an overload takes them as
         # tensors; the others are compiled in (and checked by the device at every launch).
         self.runtime_values: list[int] = []
@@ -245,16 +231,16 @@ class _Graph:
             if ref.storage < 0 and (ref.value in varying or not ref.wrapped) and ref.value not in self.runtime_values:
                 self.runtime_values.append(ref.value)
 
-    def _spans(self, base: int, refs: Any, extra: tuple[Any, Any] | None = None) -> bool:
-        """Whether reference ``base`` is at offset 0 and reaches every element of ``refs`` (and of
-        the layout ``extra``: sizes, strides at offset 0), all of its dtype."""
+    def _spans(self, base: int, refs: Any) -> bool:
+        """Whether reference ``base`` is at offset 0 and reaches every element of ``refs``, all of
+        its dtype."""
         def end(offset: int, sizes: Any, strides: Any) -> int:
             return offset + sum((n - 1) * s for n, s in zip(sizes, strides)) if all(sizes) else 0
         b = self.refs[base]
         reach = end(b.offset, b.sizes, b.strides)
         return b.offset == 0 and all(self.refs[r].dtype == b.dtype and
                                      end(self.refs[r].offset, self.refs[r].sizes, self.refs[r].strides) <= reach
-                                     for r in refs) and (extra is None or end(0, *extra) <= reach)
+                                     for r in refs)
 
     def _written_storages(self) -> set[int]:
         written = set()
@@ -332,13 +318,6 @@ class _Graph:
                     produced[storages] = r
         for k, out in zip(self.outputs, outs):
             out.copy_(produced[self.results[k]])
-        for k, index in self.into_input.items():
-            value = produced[self.results[k]]
-            target = inputs[index]
-            if (tuple(target.shape), tuple(target.stride())) != (tuple(value.shape), tuple(value.stride())):
-                dtype, sizes, strides = self.layouts[k]
-                target = torch.as_strided(target, sizes, strides, 0)
-            target.copy_(value)
         return ()
 
 
