@@ -25,12 +25,11 @@ than eager, and on both at least 80% of the compiled speed.
 Where (b)'s step spends its time: three more processes take the same turns with the same step
 on small tensors (vocabulary 8, width 8, batch 2, block 64 as in (b): the same operators, which
 adaptive eager fuses into the same segments, with kernels of little work), which times each
-mode's host work per step: adaptive,
-compiled, and PyTorch's own eager on the CPU (AdamW's ``foreach`` path, as on the device). The
-step's time beyond its host work is its kernels and the waits for them. From these, the bound of
-an eager mode with no work of its own: PyTorch's CPU dispatch, then the compiled graphs' kernels
-(compiled step - its host work), one after the other as on the program's thread, in percent of
-the compiled speed.
+mode's host work per step: adaptive, compiled, and PyTorch's own eager on the CPU (AdamW's
+``foreach`` path, as on the device). The step's time beyond its host work is its kernels and the
+waits for them. From these, the bound of an eager mode with no work of its own: PyTorch's CPU
+dispatch, then the compiled graphs' kernels (compiled step - its host work), one after the other
+as on the program's thread, in percent of the compiled speed.
 
     python benchmarks/adaptive_eager.py                        # publishes to docs/benchmarks
     python benchmarks/adaptive_eager.py --quick --out /tmp/b   # smoke test
@@ -145,7 +144,7 @@ def warm_up(step: Callable[[], float], mode: str, budget_s: float) -> tuple[int,
 
 
 WORKLOADS = {"swiglu": swiglu_stack, "gpt": tiny_gpt}
-HOST_SIDES = ("adaptive host", "compiled host", "cpu host")  # (b)'s step on tiny tensors
+HOST_SIDES = ("adaptive host", "compiled host", "cpu host")  # (b)'s step on small tensors
 
 
 def rounds_of(side: str, workload: str, quick: bool) -> tuple[dict[str, float | int], Callable[[], dict]]:

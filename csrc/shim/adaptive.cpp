@@ -62,7 +62,6 @@ struct Fused {
   std::vector<bool> live;                          // which results it writes (those still held)
   std::vector<int> input_refs;                     // tensor references it reads, in its order
   std::vector<int> outputs;                        // results it writes, in its order
-  std::vector<int> written_after;                  // positions in outputs written after the kernel
   std::vector<int> runtime_values;                 // scalar values it takes as 0-dim tensors
   std::vector<std::pair<int, c10::IValue>> fixed;  // scalar values compiled in, checked
   std::shared_ptr<KernelObject> kernel;            // kernel(list of host tensors)
@@ -434,6 +433,7 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
   if (s.held.empty()) return false;
   auto fused = find_fused(s, live);
   std::vector<std::pair<int, int64_t>> inputs, outputs;  // records: (held call, index)
+  std::vector<int> written_after;                        // positions in outputs
   if (fused) {
     std::vector<std::tuple<uintptr_t, uintptr_t, int>> touched;
     auto touch = [&](const std::pair<int, int64_t>& at, int storage) {
@@ -445,11 +445,12 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
       touch(inputs.back(), static_cast<int>(s.desc.refs[s.desc.ref_at[ref]]));
     }
     for (size_t i = 0; i < fused->outputs.size(); ++i) {
-      outputs.push_back(s.result_records[fused->outputs[i]]);
-      // A result written after the kernel may take the memory of an input the kernel reads.
-      const auto& after = fused->written_after;
-      if (std::find(after.begin(), after.end(), static_cast<int>(i)) == after.end())
-        touch(outputs.back(), s.desc.results[fused->outputs[i]]);
+      const int result = fused->outputs[i];
+      outputs.push_back(s.result_records[result]);
+      // A result in the memory of a freed input is written after the kernel has read the input
+      // (written inside it, the kernel's loops could store elements they have yet to read).
+      if (s.desc.reuses[result] >= 0) written_after.push_back(static_cast<int>(i));
+      else touch(outputs.back(), s.desc.results[result]);
     }
     if (memory_hazard(std::move(touched))) {
       fused = nullptr;
@@ -490,13 +491,14 @@ bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& l
              .described = std::move(described),
              .ends_segment = false};
   actions.push_back([device, fused, records = std::move(records), inputs = std::move(inputs),
-                     outputs = std::move(outputs), scalars = std::move(scalars), how = std::move(how)]() mutable {
+                     outputs = std::move(outputs), written_after = std::move(written_after),
+                     scalars = std::move(scalars), how = std::move(how)]() mutable {
     launch(device,
            [fused, records = std::move(records), inputs = std::move(inputs), outputs = std::move(outputs),
-            scalars = std::move(scalars)] {
+            written_after = std::move(written_after), scalars = std::move(scalars)] {
       std::vector<at::Tensor> hosts = fused_arguments(records, inputs, outputs, scalars);
       std::vector<std::pair<at::Tensor, at::Tensor>> after;  // (result's memory, what the kernel wrote)
-      for (int i : fused->written_after) {
+      for (int i : written_after) {
         at::Tensor& out = hosts[inputs.size() + i];
         after.emplace_back(out, at::empty_strided(out.sizes(), out.strides(), out.options()));
         out = after.back().second;
@@ -719,14 +721,12 @@ NativeEntry find_entry(const std::string& library) {
 }
 
 void install(uint64_t id, py::object kernel, const std::string& library, std::vector<int> input_refs,
-             std::vector<int> outputs, std::vector<int> written_after, std::vector<int> runtime_values,
-             std::string name, std::string replaced) {
+             std::vector<int> outputs, std::vector<int> runtime_values, std::string name, std::string replaced) {
   auto f = std::make_shared<Fused>();
   f->kernel = std::make_shared<KernelObject>(std::move(kernel));
   f->entry = find_entry(library);
   f->input_refs = std::move(input_refs);
   f->outputs = std::move(outputs);
-  f->written_after = std::move(written_after);
   f->runtime_values = std::move(runtime_values);
   f->name = std::move(name);
   f->replaced = std::move(replaced);

@@ -152,7 +152,6 @@ def test_training_matches_cpu_and_plain_eager(adaptive, lr_schedule):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
 
 
-
 @pytest.mark.slow  # its five segments compile: 45 s
 def test_a_small_gpt_trains_fused_like_the_cpu(adaptive):
     # Small enough for results to get the memory of smaller freed inputs in its backward segments.
@@ -182,6 +181,7 @@ def test_a_small_gpt_trains_fused_like_the_cpu(adaptive):
     # fused code sums in another order can move its parameter by up to lr (1e-2) more or less.
     for p, q in zip(model.parameters(), cpu_model.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-4)
+
 
 def test_memory_statistics_at_sync_points_are_eager_ones():
     def program(t):
@@ -351,7 +351,6 @@ def test_results_in_the_memory_of_freed_inputs(adaptive):
     assert metrics["fused_launches"] >= 1 and metrics["fused_refused"] == 0, metrics
 
 
-
 def test_a_result_in_the_memory_of_a_freed_input_it_read_transposed(adaptive):
     # The fused kernel reads the input (written in place first) transposed and the result takes
     # its memory: written inside the kernel, it would overwrite elements still to be read.
@@ -372,9 +371,10 @@ def test_a_result_in_the_memory_of_a_freed_input_it_read_transposed(adaptive):
         torch.testing.assert_close(z, expected)
     assert torch_neuronx.get_adaptive_metrics()["fused_launches"] >= 1
 
+
 def test_a_result_larger_than_the_freed_input_whose_memory_it_gets(adaptive):
     # Small tensors share the allocator's smallest block: a result four times the size of a freed
-    # input fits in its memory, not in its layout. The fused kernel reads the input from there.
+    # input fits in its memory, not in its layout: the device writes it there after the kernel.
     x = torch.randn(8).to(DEVICE)
     reused = []
 
@@ -467,8 +467,7 @@ def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, mon
     status, answer = segments._loaded("ok", segments.compile_to_source(description))
     assert status == "ok" and segments.native_library(answer["kernel"]) == ""
     torch_neuronx._C._adaptive_install(segment_id, answer["kernel"], "", answer["input_refs"], answer["outputs"],
-                                       answer["written_after"], answer["runtime_values"], "neuron::test_segment",
-                                       answer["summary"])
+                                       answer["runtime_values"], "neuron::test_segment", answer["summary"])
     values = [program() for _ in range(2)]
     assert torch_neuronx.get_adaptive_metrics()["fused_launches"] == 2
     expected = ((x.cpu() + 1).exp() * x.cpu()).sum().item()

@@ -202,12 +202,9 @@ class _Graph:
             for geometry, r in geometries.items():
                 self.input_of[(storage, *geometry)] = (len(self.input_refs), False)
                 self.input_refs.append(r)
-        # A result the allocator placed in the memory of an input the program had freed (every
-        # read of the input comes first) is an output the device writes into its memory after the
-        # kernel: written inside it, into the input, Inductor may store elements the same loop
-        # has yet to read (a result of the input read transposed).
+        # Every result still held is an output; one in the memory of an input the program freed
+        # is written there by the device after the kernel (csrc/shim/adaptive.cpp).
         self.outputs = [k for k, live in enumerate(self.live) if live]
-        self.written_after = [i for i, k in enumerate(self.outputs) if d["reuses"][k] >= 0]  # positions
         # Scalars that changed between sightings become inputs where an overload takes them as
         # tensors; the others are compiled in (and checked by the device at every launch).
         self.runtime_values: list[int] = []
@@ -355,7 +352,6 @@ def compile_to_source(d: dict[str, Any]) -> dict[str, Any]:
     if compiled.constants:
         raise Unsupported("the generated code holds tensor constants")
     return {"source": source, "input_refs": graph.input_refs, "outputs": graph.outputs,
-            "written_after": graph.written_after,
             "runtime_values": graph.runtime_values, "summary": _summary(graph.ops)}
 
 
@@ -567,7 +563,7 @@ def _compile_one(segment_id: int, d: dict[str, Any]) -> None:
     name = f"neuron::adaptive_segment_{next(_ids)}"
     try:
         _C._adaptive_install(segment_id, answer["kernel"], native_library(answer["kernel"]),
-                             answer["input_refs"], answer["outputs"], answer["written_after"],
+                             answer["input_refs"], answer["outputs"],
                              answer["runtime_values"], name, answer["summary"])
     except RuntimeError:  # the segments were reset (reset_adaptive) while it compiled
         pass
