@@ -10,7 +10,6 @@ surface at the next synchronization point, naming the kernel and its source line
 from __future__ import annotations
 
 import collections
-import contextvars
 import threading
 import time
 import weakref
@@ -22,15 +21,13 @@ import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from torch_neuronx import _C
+from torch_neuronx.ops.custom_op import read_only_storages
 from torch_neuronx.runtime.devices import DEVICE_TYPE
 
 from . import launchers, simulator
 from .jit import numpy_dtype, to_numpy, torch_dtype
 from .simulator import distributed_job
 
-# Storages (data pointers) the kernels of the running nki_op must not write: its inputs.
-read_only_storages: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
-    "read_only_storages", default=frozenset())
 
 def numpy_view(host: torch.Tensor, writable: bool) -> np.ndarray:
     """A NumPy array over the same bytes as a CPU tensor (read-only unless `writable`)."""

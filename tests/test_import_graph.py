@@ -1,5 +1,9 @@
 """Imports point downwards: the import graph of torch_neuronx and nki, built from the source
-(every import statement, deferred ones inside functions included), has no cycle."""
+(every import statement, deferred ones inside functions included), has no cycle.
+
+Importing a module first imports the packages it lies in: ``from torch_neuronx import _C`` in
+``nki`` runs ``torch_neuronx/__init__.py``, so it depends on everything that file imports. A
+module's own packages are left out of that rule (they are already loading when it runs)."""
 from __future__ import annotations
 
 import ast
@@ -48,7 +52,15 @@ def import_graph() -> dict[str, set[str]]:
                     base = ".".join(anchor + ([node.module] if node.module else []))
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             graph[module] |= {m for m in map(ours, targets) if m and m != module}
+        own = set(packages_of(module))
+        graph[module] |= {p for m in graph[module] for p in packages_of(m) if p in mods and p not in own}
     return graph
+
+
+def packages_of(module: str) -> list[str]:
+    """The packages importing `module` imports first: "a.b.c" -> ["a", "a.b"]."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -84,6 +96,12 @@ def test_the_import_graph_has_no_cycle():
     graph = import_graph()
     assert len(graph) > 50 and "nki.simulator.tile" in graph["nki.simulator.instructions"]  # it sees imports
     assert cycles(graph) == []
+
+
+def test_a_module_depends_on_the_packages_it_lies_in():
+    graph = import_graph()
+    assert "torch_neuronx" in graph["nki.device"]  # from torch_neuronx import _C runs the package
+    assert "torch_neuronx" not in graph["torch_neuronx.ops.registration"]  # its own package
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -14,7 +14,6 @@ def _autoload() -> None:
 
 
 import atexit  # noqa: E402
-from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -69,22 +68,15 @@ adaptive.configure_from_environment()
 # Scripts written for the published backend call the device functions on torch_neuronx itself.
 from . import utils  # noqa: E402
 from .neuron import *  # noqa: E402,F401,F403
+from .ops.custom_op import nki_op  # noqa: E402
 from .ops.registration import set_strict_fallback  # noqa: E402
 from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 
-__all__ = [  # noqa: F405  (nki_op comes from the module __getattr__ below, not from the star import)
+__all__ = [  # noqa: F405
     *neuron.__all__, "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
     "set_strict_fallback", "nki_op", "get_dynamo_metrics", "reset_dynamo_metrics", "utils",
     "set_eager_mode", "get_eager_mode", "eager_mode", "get_adaptive_metrics",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # nki_op belongs to the kernel-language layer above this package; import it on first use.
-    if name == "nki_op":
-        from nki.custom_op import nki_op
-        return nki_op
-    raise AttributeError(f"module 'torch_neuronx' has no attribute {name!r}")
 
 
 def get_dynamo_metrics() -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from nki.custom_op import nki_op
+from torch_neuronx import nki_op
 
 from .attention_backward import flash_bwd
 from .attention_decode import decode_attention as decode_kernel

@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from nki.custom_op import nki_op
+from torch_neuronx import nki_op
 
 from .adamw import adamw_step
 from .cross_entropy import linear_cross_entropy_bwd, linear_cross_entropy_fwd

@@ -1,6 +1,6 @@
 """scaled_dot_product_attention on neuron tensors runs the kernel library's attention kernels when
-they handle the call (torch_neuronx/ops/attention_routing.py), the fused host kernel otherwise;
-operator tracking shows which ran, and the switch turns the routing off."""
+they handle the call (nki/kernels/sdpa_routing.py, registered with torch_neuronx/ops/attention_routing.py),
+the fused host kernel otherwise; operator tracking shows which ran, and the switch turns the routing off."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import torch_neuronx
 from helpers import run_py
+from nki.kernels import sdpa_routing
 from torch_neuronx.ops import attention_routing
 
 FLASH = {"nki_library::flash_attention_fwd", "nki_library::flash_attention_bwd"}
@@ -90,8 +91,8 @@ def test_calls_the_kernels_do_not_handle_keep_the_host_kernel(case):
                   seq_k=64 if case == "short" else 128, d=160 if case == "head_dim" else 32)
     kwargs = {"mask": dict(attn_mask=torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device="neuron")),
               "dropout": dict(dropout_p=0.5), "causal_unequal_lengths": dict(is_causal=True)}.get(case, {})
-    assert attention_routing.route(q, k, v, kwargs.get("attn_mask"), kwargs.get("dropout_p", 0.0),
-                                   kwargs.get("is_causal", False)) is None
+    assert sdpa_routing.route(q, k, v, kwargs.get("attn_mask"), kwargs.get("dropout_p", 0.0),
+                              kwargs.get("is_causal", False)) is None
     torch_neuronx.clear_op_tracking()
     F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), **kwargs)
     torch.neuron.synchronize()
@@ -175,3 +176,24 @@ def test_nested_attention_keeps_the_composite_path_and_matches_the_cpu():
     assert got.is_nested and got.device.type == "neuron"
     for g, w in zip(got.transpose(1, 2).unbind(), want.transpose(1, 2).unbind()):
         torch.testing.assert_close(g.cpu(), w)
+
+
+def test_a_registered_router_gets_the_calls_in_its_key_range_and_may_decline():
+    seen = []
+
+    def declining(query, key, value, *args, **kwargs):
+        seen.append(key.shape[2])
+        return None
+
+    q = torch.randn(1, 1, 16, 32)
+    try:
+        attention_routing.register_router(declining, 16, 64)
+        torch_neuronx.clear_op_tracking()
+        for keys in (8, 16, 128):
+            kv = torch.randn(1, 1, keys, 32)
+            out = F.scaled_dot_product_attention(q.to("neuron"), kv.to("neuron"), kv.to("neuron"))
+            torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, kv, kv), rtol=0, atol=0)
+    finally:
+        sdpa_routing.register()
+    assert seen == [16]  # the shim sends only the calls in the router's key range
+    assert HOST in torch_neuronx.get_executed_ops()  # declined: the composite path

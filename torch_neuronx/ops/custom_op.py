@@ -1,6 +1,11 @@
-"""``torch_neuronx.nki_op``: PyTorch custom operators whose bodies call kernel-language kernels."""
+"""``torch_neuronx.nki_op``: PyTorch custom operators whose bodies call kernel-language kernels.
+
+The operator belongs to the device (it is ``torch.library.custom_op`` plus a read-only rule); the
+kernel language's launcher (nki/device.py), a layer above, enforces the rule from
+:data:`read_only_storages`."""
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Iterable
@@ -8,7 +13,9 @@ from typing import Any
 
 import torch
 
-from .device import read_only_storages
+# Storages (data pointers) the kernels of the running nki_op must not write: its inputs.
+read_only_storages: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "read_only_storages", default=frozenset())
 
 
 def nki_op(name: str, *, mutates_args: Iterable[str] | str, device_types: str | Iterable[str] | None = None,
