@@ -191,7 +191,7 @@ int reused_input(const Segment& s, const at::Tensor& result) {
   return -1;
 }
 
-int add_result(Segment& s, const at::Tensor& t, int call) {
+int add_result(Segment& s, const at::Tensor& t, int call, int64_t reuse) {
   const int index = static_cast<int>(s.storages.size());
   const c10::Storage& storage = t.unsafeGetTensorImpl()->unsafe_storage();
   s.storage_index[storage.unsafeGetStorageImpl()] = index;
@@ -199,7 +199,7 @@ int add_result(Segment& s, const at::Tensor& t, int call) {
   auto& d = s.desc;
   d.producers.push_back(call);
   d.results.push_back(index);
-  d.reuses.push_back(reused_input(s, t));
+  d.reuses.push_back(static_cast<int>(reuse));
   d.layouts.push_back(static_cast<int64_t>(t.scalar_type()));
   d.layouts.push_back(t.dim());
   d.layouts.insert(d.layouts.end(), t.sizes().begin(), t.sizes().end());
@@ -224,14 +224,17 @@ void for_each_tensor(const Call& call, const std::vector<c10::IValue>& args, F&&
   }
 }
 
-// A call's words, on the stack for a call's usual handful of tensors.
-using Words = c10::SmallVector<int64_t, 24>;
-
 // The words `call` adds to the segment's key: its plan (operator and signature) and where each
-// tensor comes from (which storage the segment has seen, at which offset). Results add nothing:
-// the plan fixes them.
-Words call_words(const Segment& s, const Call& call) {
-  Words words{static_cast<int64_t>(call.plan)};
+// tensor comes from (which storage the segment has seen, at which offset). Results add only the
+// input whose freed memory each got (the plan fixes the rest).
+struct CallWords {
+  c10::SmallVector<int64_t, 24> words;  // on the stack for a call's usual handful of tensors
+  size_t reuses_at = 0;                 // the results' words: one per result tensor, in order
+};
+
+CallWords call_words(const Segment& s, const Call& call) {
+  CallWords cw{{static_cast<int64_t>(call.plan)}};
+  auto& words = cw.words;
   c10::SmallVector<const c10::StorageImpl*, 8> unseen;  // numbered after the seen ones, as record() will
   for_each_tensor(call, call.args, [&](const at::Tensor& t) {
     if (!is_device_tensor(t)) return words.push_back(-2);
@@ -247,12 +250,13 @@ Words call_words(const Segment& s, const Call& call) {
     words.push_back(index);
     words.push_back(t.storage_offset());
   });
+  cw.reuses_at = words.size();
   for (const c10::IValue& out : call.outputs) {  // results in the memory of freed inputs
     if (out.isTensor() && out.toTensor().defined()) words.push_back(reused_input(s, out.toTensor()));
     else if (out.isTensorList())
       for (const at::Tensor& t : out.toTensorList()) words.push_back(t.defined() ? reused_input(s, t) : -1);
   }
-  return words;
+  return cw;
 }
 
 uint64_t hash_after(const Segment& s, c10::ArrayRef<int64_t> words) {
@@ -261,25 +265,37 @@ uint64_t hash_after(const Segment& s, c10::ArrayRef<int64_t> words) {
   return h;
 }
 
-// Records a call into the segment: its words, its description, its values.
-void record(Segment& s, const Call& call, c10::ArrayRef<int64_t> words) {
+// Records a call into the segment: its words, its description, its values — and, for a call the
+// segment holds, where a fused kernel would find its tensors: the call's records, numbered as its
+// references and results are (`held`: its index among the held calls, or -1).
+void record(Segment& s, const Call& call, const CallWords& cw, int held) {
   const int index = static_cast<int>(s.calls());
-  s.key.insert(s.key.end(), words.begin(), words.end());
+  s.key.insert(s.key.end(), cw.words.begin(), cw.words.end());
   auto& d = s.desc;
   d.ops.push_back(call.op);
   d.roles.push_back(call.roles);
   auto& args = d.args;
+  auto keep_ref = [&](int64_t record) {
+    if (held >= 0) s.ref_records.emplace_back(held, record);
+  };
   const auto& r = *call.roles;
   for (size_t i = 0; i < r.size(); ++i) {
     const c10::IValue& v = call.args[i];
+    const c10::IValue& k = call.kernel_args[i];  // tensors as indices of the call's records
     switch (r[i]) {
       case Role::Tensor:
-        args.emplace_back(v.isTensor() && v.toTensor().defined() ? c10::IValue(add_ref(s, v.toTensor()))
-                                                                 : c10::IValue());
+        if (v.isTensor() && v.toTensor().defined()) {
+          args.emplace_back(add_ref(s, v.toTensor()));
+          keep_ref(k.toInt());
+        } else {
+          args.emplace_back();
+        }
         break;
       case Role::TensorList: {
         std::vector<int64_t> refs;
         for (const at::Tensor& t : v.toTensorList()) refs.push_back(add_ref(s, t));
+        if (held >= 0)
+          for (int64_t record : k.toIntVector()) keep_ref(record);
         args.emplace_back(refs);
         break;
       }
@@ -287,6 +303,9 @@ void record(Segment& s, const Call& call, c10::ArrayRef<int64_t> words) {
         c10::List<std::optional<int64_t>> refs;
         for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
           refs.push_back(t.has_value() && t->defined() ? std::optional<int64_t>(add_ref(s, *t)) : std::nullopt);
+        if (held >= 0)
+          for (int64_t record : k.toIntVector())
+            if (record >= 0) keep_ref(record);
         args.emplace_back(refs);
         break;
       }
@@ -309,53 +328,48 @@ void record(Segment& s, const Call& call, c10::ArrayRef<int64_t> words) {
     }
   }
   auto& returns = d.returns;
-  for (const c10::IValue& out : call.outputs) {  // undefined results (unrequested gradients) are None
-    if (out.isTensor() && out.toTensor().defined())
-      returns.emplace_back(static_cast<int64_t>(add_result(s, out.toTensor(), index)));
-    else if (out.isTensorList()) {
+  const int64_t* reuse = cw.words.data() + cw.reuses_at;
+  for (size_t j = 0; j < call.outputs.size(); ++j) {  // undefined results (unrequested gradients) are None
+    const c10::IValue& out = call.outputs[j];
+    const c10::IValue& k = call.kernel_outputs[j];
+    if (out.isTensor() && out.toTensor().defined()) {
+      returns.emplace_back(static_cast<int64_t>(add_result(s, out.toTensor(), index, *reuse++)));
+      if (held >= 0) s.result_records.emplace_back(held, k.toInt());
+    } else if (out.isTensorList()) {
       std::vector<int64_t> numbers;
-      for (const at::Tensor& t : out.toTensorList()) numbers.push_back(t.defined() ? add_result(s, t, index) : -1);
+      const auto list = out.toTensorList();
+      for (size_t i = 0; i < list.size(); ++i) {
+        const int64_t reused = *reuse++;
+        if (!list.get(i).defined()) {
+          numbers.push_back(-1);
+          continue;
+        }
+        numbers.push_back(add_result(s, list.get(i), index, reused));
+        if (held >= 0) s.result_records.emplace_back(held, k.toIntList().get(i));
+      }
       returns.emplace_back(numbers);
-    } else returns.emplace_back();
+    } else {
+      returns.emplace_back();
+    }
   }
   d.returns_end.push_back(returns.size());
-  s.hash = hash_after(s, words);
+  s.hash = hash_after(s, cw.words);
   s.chain.push_back(s.hash);
 }
 
-// Where a fused kernel would find the call's tensors while it is held: the call's records, in
-// the order record() numbers its references and results.
-void keep_records(Segment& s, const Call& call) {
-  const int held = static_cast<int>(s.held.size());
-  const auto& r = *call.roles;
-  for (size_t i = 0; i < r.size(); ++i) {
-    const c10::IValue& v = call.kernel_args[i];
-    if (r[i] == Role::Tensor) {
-      if (v.isInt()) s.ref_records.emplace_back(held, v.toInt());
-    } else if (r[i] == Role::TensorList || r[i] == Role::OptTensorList) {
-      for (int64_t index : v.toIntVector())
-        if (index >= 0) s.ref_records.emplace_back(held, index);
-    }
-  }
-  for (const c10::IValue& out : call.kernel_outputs) {
-    if (out.isInt()) s.result_records.emplace_back(held, out.toInt());
-    else if (out.isIntList())
-      for (int64_t index : out.toIntVector())
-        if (call.records.defined(index)) s.result_records.emplace_back(held, index);
-  }
-}
-
-// Which fresh results the program still holds.
-std::vector<bool> live_results(const Segment& s) {
+// Which fresh results the program still holds, and the segment's identity with them: a compiled
+// segment writes only those.
+struct Liveness {
   std::vector<bool> live;
-  for (int index : s.desc.results) live.push_back(s.storages[index].storage.use_count() > 0);
-  return live;
-}
+  uint64_t id = 0;
+};
 
-uint64_t segment_id(const Segment& s, const std::vector<bool>& live) {
-  uint64_t h = mix(s.hash, static_cast<int64_t>(live.size()));
-  for (bool b : live) h = mix(h, b);
-  return h;
+Liveness liveness(const Segment& s) {
+  Liveness l;
+  for (int index : s.desc.results) l.live.push_back(s.storages[index].storage.use_count() > 0);
+  l.id = mix(s.hash, static_cast<int64_t>(l.live.size()));
+  for (bool b : l.live) l.id = mix(l.id, b);
+  return l;
 }
 
 using Actions = std::vector<std::function<void()>>;
@@ -379,12 +393,12 @@ bool memory_hazard(std::vector<std::tuple<uintptr_t, uintptr_t, int>> ranges) {
 }
 
 // The compiled kernel that replaces the held calls, or nullptr.
-std::shared_ptr<const Fused> find_fused(const Segment& s, const std::vector<bool>& live) {
+std::shared_ptr<const Fused> find_fused(const Segment& s, const Liveness& l) {
   std::lock_guard<std::mutex> lock(tables_mu);
-  auto it = fused_by_hash.find(segment_id(s, live));
+  auto it = fused_by_hash.find(l.id);
   if (it == fused_by_hash.end()) return nullptr;
   const auto& f = it->second;
-  if (f->key != s.key || f->live != live) return nullptr;
+  if (f->key != s.key || f->live != l.live) return nullptr;
   for (const auto& [index, value] : f->fixed)
     if (!(s.values[index] == value)) return nullptr;
   return f;
@@ -429,9 +443,9 @@ void run_fused(const Fused& fused, std::vector<at::Tensor> hosts) {
 }
 
 // Launches what the segment holds: one fused kernel when one matches, else each call.
-bool launch_held(c10::DeviceIndex device, Segment& s, const std::vector<bool>& live, Actions& actions) {
+bool launch_held(c10::DeviceIndex device, Segment& s, const Liveness& l, Actions& actions) {
   if (s.held.empty()) return false;
-  auto fused = find_fused(s, live);
+  auto fused = find_fused(s, l);
   std::vector<std::pair<int, int64_t>> inputs, outputs;  // records: (held call, index)
   std::vector<int> written_after;                        // positions in outputs
   if (fused) {
@@ -599,10 +613,10 @@ void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
     s.clear();
     return;
   }
-  const auto live = live_results(s);
-  const bool fused = launch_held(device, s, live, actions);
+  const Liveness l = liveness(s);
+  const bool fused = launch_held(device, s, l, actions);
   if (!fused && observed) {
-    const uint64_t id = segment_id(s, live);
+    const uint64_t id = l.id;
     bool ask = false;
     std::vector<c10::IValue> first;
     {
@@ -620,13 +634,13 @@ void close(c10::DeviceIndex device, Segment& s, Actions& actions) {
         first = o.first_values;
         o.values = s.values;
         o.key = s.key;
-        o.live = live;
+        o.live = l.live;
         o.chain = s.chain;
       }
     }
     if (ask)
-      request_compile(id, std::make_shared<Description>(std::move(s.desc)), std::move(s.values), std::move(first), live,
-                      actions);
+      request_compile(id, std::make_shared<Description>(std::move(s.desc)), std::move(s.values), std::move(first),
+                      l.live, actions);
   }
   s.clear();
 }
@@ -676,10 +690,9 @@ void submit(c10::DeviceIndex device, Call call) {
         s.matching = !prefixes.empty();
       }
       s.last = now;
-      const auto words = call_words(s, call);
-      if (s.matching && any_prefix(hash_after(s, words))) {  // may still become a compiled segment
-        record(s, call, words);
-        keep_records(s, call);
+      const CallWords words = call_words(s, call);
+      if (s.matching && any_prefix(hash_after(s, words.words))) {  // may still become a compiled segment
+        record(s, call, words, static_cast<int>(s.held.size()));
         call.args.clear();  // the caller's tensors: holding them would keep its results alive
         call.outputs.clear();
         s.held.push_back(std::move(call));
@@ -687,12 +700,12 @@ void submit(c10::DeviceIndex device, Call call) {
       }
       // It leaves every compiled segment: the calls held so far may be one by themselves, and
       // this call starts the next segment.
-      if (s.matching && !s.held.empty() && launch_held(device, s, live_results(s), actions)) {
+      if (s.matching && !s.held.empty() && launch_held(device, s, liveness(s), actions)) {
         s.clear();
         continue;
       }
       s.matching = false;  // the held calls went one by one: the segment goes on, observed
-      record(s, call, words);
+      record(s, call, words, /*held=*/-1);
       launch_alone(device, call, actions);
       break;
     }
