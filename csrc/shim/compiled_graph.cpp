@@ -168,6 +168,16 @@ class AliasCache {
 // outputs on the device — the device buffers it allocates (the generated code computes in
 // them, or results are copied into them) and, per output, a buffer, an input, a tensor on the
 // memory of either, or a non-tensor value.
+// The device a compiled graph's call runs on: its first device tensor's, or the graph's own
+// (`graph_device`) when it takes none (create_block_mask(..., device="neuron") makes its tensors).
+int call_device(const py::list& args, int graph_device) {
+  for (const auto& arg : args)
+    if (THPVariable_Check(arg.ptr()))
+      if (const int device = THPVariable_Unpack(arg.ptr()).get_device(); device >= 0) return device;
+  TORCH_CHECK(graph_device >= 0, "a neuron executable was called without a neuron tensor on a graph that makes none");
+  return graph_device;
+}
+
 class CompiledGraph {
  public:
   // `buffer_of_allocation`: allocation position -> the buffer it computes in; `copies`:
@@ -210,14 +220,9 @@ class CompiledGraph {
   // list no longer keeps them alive) and returns the outputs, on the device of the first tensor
   // (`graph_device`, if not -1, for a graph that takes no tensor).
   py::list call_boxed(py::list& args, int graph_device) const {
+    const int device = call_device(args, graph_device);
     py::list inputs(args.size());
-    int device = -1;
-    for (size_t i = 0; i < args.size(); ++i) {
-      inputs[i] = args[i];
-      if (device < 0 && THPVariable_Check(args[i].ptr())) device = THPVariable_Unpack(args[i].ptr()).get_device();
-    }
-    if (device < 0) device = graph_device;
-    TORCH_CHECK(device >= 0, "compiled graph called without a device tensor");
+    for (size_t i = 0; i < args.size(); ++i) inputs[i] = args[i];
     if (PyList_SetSlice(args.ptr(), 0, PY_SSIZE_T_MAX, nullptr) != 0) throw py::error_already_set();
     return call(inputs, device);
   }
@@ -343,6 +348,7 @@ void bind_compiled_graph(py::module_& m) {
     for (at::Tensor& b : buffers) b = snapshot(b);  // for a queued kernel (see call)
     return py::make_tuple(outputs, py::cast(buffers));
   }).def("call_boxed", &CompiledGraph::call_boxed, py::arg("args"), py::arg("graph_device"));
+  m.def("_compiled_graph_device", &call_device, py::arg("args"), py::arg("graph_device"));
   m.def("_record_compiled_graph", &record);
   m.def("_host_aliases", [](const py::list& values) {
     HostAliases alias;

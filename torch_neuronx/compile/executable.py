@@ -47,14 +47,6 @@ def _graph_device(gm: fx.GraphModule) -> int:
     return -1
 
 
-def _device(values: list[Any], default: int) -> int:
-    """The device index of a call: its first tensor's, or the graph's when it takes no tensor."""
-    device = next((v.device.index for v in values if isinstance(v, torch.Tensor)), default)
-    if device is None or device < 0:
-        raise RuntimeError("a neuron executable was called without a neuron tensor on a graph that makes none")
-    return device
-
-
 def _meta(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
@@ -172,13 +164,14 @@ class Executable(OutputCode):
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.seeds:
-            args.append(rng.draw_seeds(self.seeds, torch.device("neuron", _device(args, self.device))))
+            device = _C._compiled_graph_device(args, self.device)
+            args.append(rng.draw_seeds(self.seeds, torch.device("neuron", device)))
         if self.graph is None:
             with self._first_call_lock:
                 if self.graph is None:
                     inputs = list(args)
                     args.clear()  # boxed convention: the caller's list no longer keeps inputs alive
-                    return self._first_call(_device(inputs, self.device), inputs)
+                    return self._first_call(_C._compiled_graph_device(inputs, self.device), inputs)
         return self.graph.call_boxed(args, self.device)  # the common call, all in C++
 
     def _first_call(self, device: int, inputs: list[Any]) -> list[Any]:
