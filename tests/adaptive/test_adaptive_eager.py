@@ -15,7 +15,7 @@ from torch import nn
 
 import torch_neuronx
 from helpers import assert_import_setting
-from torch_neuronx.adaptive import reset_adaptive, segments
+from torch_neuronx.adaptive import kernel_source, reset_adaptive, segments
 from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
 
 DEVICE = "neuron"
@@ -463,7 +463,7 @@ def test_a_segment_compiled_with_inductors_python_wrapper_runs_too(adaptive, mon
 
     def refuse(source: str) -> str:
         raise segments.Unsupported("refused for the test")
-    monkeypatch.setattr(segments, "native_entry_source", refuse)
+    monkeypatch.setattr(kernel_source, "native_entry_source", refuse)  # where compile_to_source looks it up
     status, answer = segments._loaded("ok", segments.compile_to_source(description))
     assert status == "ok" and segments.native_library(answer["kernel"]) == ""
     torch_neuronx._C._adaptive_install(segment_id, answer["kernel"], "", answer["input_refs"], answer["outputs"],

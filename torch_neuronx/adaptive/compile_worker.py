@@ -21,11 +21,11 @@ def main() -> None:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     import torch  # noqa: F401  (the neuron device is registered but never used here)
 
-    from torch_neuronx.adaptive import segments
+    from torch_neuronx.adaptive import kernel_source
     requests = sys.stdin.buffer
     while (request := read_message(requests)) is not None:
         try:
-            write_message(answers, ("ok", segments.compile_to_source(request)))
+            write_message(answers, ("ok", kernel_source.compile_to_source(request)))
         except Exception as error:  # reported to the user's process, which runs the segment call by call
             write_message(answers, ("error", f"{type(error).__name__}: {error}"))
 

@@ -105,7 +105,7 @@ def _file_hash(path: Path) -> str:
 def backend_version() -> str:
     """What the generated code depends on besides the graph: the package version, the build of
     the C++ extension (a rebuilt shim invalidates entries) and the compile, lowering and
-    adaptive-segment source (segments.py replays and compiles the segments it caches)."""
+    adaptive-segment source (adaptive/ replays and compiles the segments it caches)."""
     from .. import _C
     package = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256(importlib.metadata.version("torch-neuronx-sim").encode())

@@ -1,39 +1,42 @@
-"""The ``neuron`` c10d process group.
+"""The ``neuron`` c10d process group and its collectives.
 
 Each process drives one simulated core; a collective moves the real bytes of device memory
 between the processes. Device memory is host memory of the process, so the transport is Gloo
-run on host aliases of the device tensors (:func:`torch_neuronx._C._host_alias`): no copy to
-the host and back. Ordering follows NCCL's model: a collective is a kernel on the process
-group's communication stream of the tensors' core, queued after the kernels already on the
-issuing stream, and ``work.wait()`` makes the current stream wait for it (see :mod:`.work`).
-CPU tensors (``"cpu:gloo,neuron:neuron"``, object collectives) go to Gloo directly.
+run on host aliases of the device tensors (:mod:`.host_views`): no copy to the host and back.
+Ordering follows NCCL's model: a collective is a kernel on the process group's communication
+stream of the tensors' core, queued after the kernels already on the issuing stream, and
+``work.wait()`` makes the current stream wait for it (see :mod:`.work`). CPU tensors
+(``"cpu:gloo,neuron:neuron"``, object collectives) go to Gloo directly.
+
+Every collective's kernel has one shape (:meth:`NeuronProcessGroup._on_dense`): its outputs as
+dense host tensors, the transport's move into them, AVG's divide (:mod:`.reductions`) and the
+copy back into strided outputs; each collective states its move.
 
 PyTorch 2.13 cannot construct a Python ``c10d.Backend``, so this is a Python ``ProcessGroup``
 returned by the backend's creator (torch keeps it as the group); see docs/distributed.md.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed import ReduceOp
 
 from .. import _C
-from . import rng_tracker
+from . import agreement, rng_tracker
 from .eager_frames import never_traced
+from .host_views import Contiguous, alias, write_pieces
 from .peers import Peers
+from .reductions import Reduction, allreduce_options, reduce_scatter_options, reduction
 from .shared_memory import MAX_ALL_TO_ALL_RANKS, SharedMemoryLink, supports
-from .traffic import traffic
-from .work import NeuronWork
+from .traffic import collective_message
+from .work import DeferredWork, DoneWork, NeuronWork
 
-_FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # One communication stream per core, shared by every process group of the process: a core runs
 # one kernel at a time and a collective's kernel waits for its peers, so collectives must run in
 # the order they were issued (NCCL's rule for overlapping communicators, made strict), or two
@@ -41,56 +44,6 @@ _FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _COMM_STREAMS: dict[int, torch.Stream] = {}
 # Long enough for a Gloo worker waiting for the interpreter lock to take it (see shutdown).
 _GLOO_SETTLE_SECONDS = 0.02
-
-
-def _alias(t: torch.Tensor) -> torch.Tensor:
-    return _C._host_alias(t) if t.device.type == "neuron" else t
-
-
-class _Contiguous:
-    """A host view Gloo can use (Gloo needs dense tensors): the alias itself, or a contiguous
-    copy written back by :meth:`finish` for a strided view."""
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.target = _alias(t)
-        self.dense = self.target if self.target.is_contiguous() else self.target.contiguous()
-
-    def finish(self) -> None:
-        if self.dense is not self.target:
-            self.target.copy_(self.dense)
-
-
-class _Reduction(NamedTuple):
-    """A c10d reduce op as run here: the op the transport applies, whether the result is then
-    divided by the group size (AVG: Gloo has none) and a factor the inputs are first multiplied
-    by (PREMUL_SUM)."""
-
-    op: ReduceOp.RedOpType
-    average: bool = False
-    factor: float | torch.Tensor | None = None
-
-    def scaled(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` times the PREMUL_SUM factor (a new tensor), or ``t`` itself."""
-        return t if self.factor is None else t * self.factor
-
-    def finish(self, t: torch.Tensor, size: int) -> None:
-        if self.average:
-            t.div_(size)
-
-
-def _reduction(op: Any, tensors: Sequence[torch.Tensor], where: str) -> _Reduction:
-    """How ``op`` runs: Gloo has no AVG (a SUM divided) and no PREMUL_SUM (a SUM of the scaled
-    inputs); both need floating-point tensors, as with NCCL."""
-    kind = op.op if hasattr(op, "op") else op
-    if kind not in (ReduceOp.AVG, ReduceOp.PREMUL_SUM):
-        return _Reduction(kind)
-    if any(t.dtype not in _FLOATING for t in tensors):
-        raise ValueError(f"{where} on neuron: ReduceOp.{kind.name} needs floating-point tensors, got "
-                         f"{sorted({str(t.dtype) for t in tensors})}")
-    if kind == ReduceOp.AVG:
-        return _Reduction(ReduceOp.SUM, average=True)
-    factor = op.factor
-    return _Reduction(ReduceOp.SUM, factor=_alias(factor) if isinstance(factor, torch.Tensor) else factor)
 
 
 @never_traced
@@ -211,13 +164,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
         future: torch.futures.Future = torch.futures.Future()
         label = f"c10d::{name} (rank {self.rank()} of {self.size()})"
 
-        signature = None if agree is None else _signature(name, agree, root)
-        described = self._message(name, tensors, outputs, linked) if _C._profiler_recording() else ""
+        signature = None if agree is None else agreement.signature(name, agree, root)
+        described = collective_message(name, self.size(), tensors, outputs, linked) if _C._profiler_recording() else ""
 
         def kernel() -> None:
             try:
                 if signature is not None:
-                    self._verify(name, signature)
+                    agreement.verify(name, signature, self._link, self._gloo)
                 body()
             except Exception as error:
                 message = f"{label} on neuron:{index} failed: {error}"
@@ -232,24 +185,6 @@ class NeuronProcessGroup(dist.ProcessGroup):
             _C._launch_python_kernel(index, kernel, label, wait=False, described=described)
             done = comm.record_event()
         return NeuronWork(label, done, future, outputs)
-
-    def _message(self, name: str, tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
-                 linked: bool) -> str:
-        """The collective's message for the profiler (torch_neuronx/profiling): its size as
-        nccl-tests counts it (the larger of what a rank passes in and gets out), the bus factor
-        and ring steps of its algorithm, and the transport; empty for a point-to-point wait."""
-        base = name.split(" (")[0]
-        if name.endswith(")") and not name.endswith("post"):
-            return ""  # the wait for a posted send or receive moves nothing
-        n = self.size()
-        bus, steps = traffic(base, n)
-        out_ids = {id(t) for t in outputs}
-        written = sum(t.nbytes for t in outputs)
-        read = sum(t.nbytes for t in tensors if id(t) not in out_ids) or written
-        return json.dumps({"collective": base, "group_size": n, "bytes": max(read, written),
-                           "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
-                           "bus_factor": bus, "ring_steps": steps,
-                           "transport": "shared_memory" if linked else "gloo"})
 
     def _host(self) -> dist.ProcessGroup:
         """Gloo for an operation issued from the calling thread (CPU tensors, barriers): first
@@ -270,54 +205,46 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._host()
         time.sleep(_GLOO_SETTLE_SECONDS)
 
-    def _verify(self, name: str, signature: list[int]) -> None:
-        """Every rank passes the same signature, or all raise: through the shared-memory link
-        (which shows every rank's), or one small Gloo all-reduce (the maximum of the values and
-        of their negations)."""
-        if self._link is not None:
-            table = self._link.agree(signature)
-            if table is not None:
-                ranks = "; ".join(f"rank {r}: {_describe(row)}" for r, row in enumerate(table))
-                raise ValueError(f"the ranks called {name} with different collectives, dtypes, sizes or roots "
-                                 f"({ranks})")
-            return
-        both = torch.tensor(signature + [-v for v in signature], dtype=torch.int64)
-        self._gloo.allreduce([both], _allreduce_opts(ReduceOp.MAX, timedelta(minutes=30))).wait()
-        highest, lowest = both[: len(signature)].tolist(), [-v for v in both[len(signature):].tolist()]
-        if highest != lowest:
-            raise ValueError(f"the ranks called {name} with different collectives, dtypes, sizes or roots "
-                             f"(this rank: {_describe(signature)}; the ranks range from {_describe(lowest)} "
-                             f"to {_describe(highest)})")
-
+    # -- collectives
     def _on_neuron(self, tensors: Sequence[torch.Tensor]) -> bool:
         return any(t.device.type == "neuron" for t in tensors)
 
-    # -- collectives
+    def _on_dense(self, outputs: Sequence[torch.Tensor], move: Callable[[list[torch.Tensor]], object],
+                  red: Reduction | None = None, write_back: bool = True) -> None:
+        """The shape of a collective's kernel: ``move`` (the transport) writes the dense host
+        views of ``outputs``, which then get AVG's divide and go back into strided outputs (not
+        where ``write_back`` is false: a non-root rank of a reduce keeps its input)."""
+        views = [Contiguous(t) for t in outputs]
+        move([v.dense for v in views])
+        if not write_back:
+            return
+        for v in views:
+            if red is not None:
+                red.finish(v.dense, self.size())
+            v.finish()
+
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceOptions()
         if not self._on_neuron(tensors):
             return self._host().allreduce(tensors, opts)
-        red = _reduction(opts.reduceOp, tensors, "all_reduce")
+        red = reduction(opts.reduceOp, tensors, "all_reduce")
         linked = self._link is not None and all(supports(red.op, t) for t in tensors)
 
-        def body() -> None:
-            views = [_Contiguous(t) for t in tensors]
+        def move(dense: list[torch.Tensor]) -> None:
             if red.factor is not None:  # in place: the result overwrites the input anyway
-                for v in views:
-                    v.dense.mul_(red.factor)
+                for d in dense:
+                    d.mul_(red.factor)
             if linked:
-                for v in views:
-                    self._link.all_reduce(v.dense, red.op)
+                for d in dense:
+                    self._link.all_reduce(d, red.op)
             else:
-                self._gloo.allreduce([v.dense for v in views], _allreduce_opts(red.op, opts.timeout)).wait()
-            for v in views:
-                red.finish(v.dense, self.size())
-                v.finish()
-        return self._run("all_reduce", tensors, tensors, body, agree=tensors, linked=linked)
+                self._gloo.allreduce(dense, allreduce_options(red.op, opts.timeout)).wait()
+        return self._run("all_reduce", tensors, tensors, lambda: self._on_dense(tensors, move, red), agree=tensors,
+                         linked=linked)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllreduceCoalescedOptions()
-        works = [self.allreduce([t], _allreduce_opts(opts.reduceOp, opts.timeout)) for t in tensors]
+        works = [self.allreduce([t], allreduce_options(opts.reduceOp, opts.timeout)) for t in tensors]
         return works[-1] if works else self.barrier()
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
@@ -326,38 +253,33 @@ class NeuronProcessGroup(dist.ProcessGroup):
             return self._host().broadcast(tensors, opts)
         linked = self._link is not None
 
-        def body() -> None:
-            views = [_Contiguous(t) for t in tensors]
+        def move(dense: list[torch.Tensor]) -> None:
             if linked:
-                for v in views:
-                    self._link.broadcast(v.dense, opts.rootRank)
+                for d in dense:
+                    self._link.broadcast(d, opts.rootRank)
             else:
-                self._gloo.broadcast([v.dense for v in views], opts).wait()
-            for v in views:
-                v.finish()
-        return self._run("broadcast", tensors, tensors, body, agree=tensors, root=opts.rootRank, linked=linked)
+                self._gloo.broadcast(dense, opts).wait()
+        return self._run("broadcast", tensors, tensors, lambda: self._on_dense(tensors, move), agree=tensors,
+                         root=opts.rootRank, linked=linked)
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.ReduceOptions()
         if not self._on_neuron(tensors):
             return self._host().reduce(tensors, opts)
-        red = _reduction(opts.reduceOp, tensors, "reduce")
+        red = reduction(opts.reduceOp, tensors, "reduce")
         gloo_opts = dist.ReduceOptions()
         gloo_opts.reduceOp, gloo_opts.rootRank, gloo_opts.rootTensor = red.op, opts.rootRank, opts.rootTensor
         gloo_opts.timeout = opts.timeout
+        root = self.rank() == opts.rootRank
 
-        def body() -> None:
-            views = [_Contiguous(t) for t in tensors]
-            sources = [red.scaled(v.dense) for v in views]  # PREMUL_SUM: copies, non-roots keep theirs
+        def move(dense: list[torch.Tensor]) -> None:
+            sources = [red.scaled(d) for d in dense]  # PREMUL_SUM: copies, non-roots keep theirs
             self._gloo.reduce(sources, gloo_opts).wait()
-            if self.rank() != opts.rootRank:
-                return
-            for v, source in zip(views, sources):
-                if source is not v.dense:
-                    v.dense.copy_(source)
-                red.finish(v.dense, self.size())
-                v.finish()
-        return self._run("reduce", tensors, tensors, body, agree=tensors, root=opts.rootRank)
+            for d, source in zip(dense, sources):
+                if root and source is not d:
+                    d.copy_(source)
+        return self._run("reduce", tensors, tensors, lambda: self._on_dense(tensors, move, red, write_back=root),
+                         agree=tensors, root=opts.rootRank)
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts or dist.AllgatherOptions()
@@ -370,14 +292,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
             for group, source in zip(outputs, inputs, strict=True):
                 if linked:  # into one buffer, then to the list
                     whole = torch.empty((self.size(), source.numel()), dtype=source.dtype)
-                    self._link.gather(whole, _alias(source).contiguous())
-                    for piece, t in zip(whole, group):
-                        _alias(t).copy_(piece.view(t.shape))
+                    self._link.gather(whole, alias(source).contiguous())
+                    write_pieces(whole, group)
                 else:
-                    views = [_Contiguous(t) for t in group]
-                    self._gloo.allgather([[v.dense for v in views]], [_alias(source).contiguous()], opts).wait()
-                    for v in views:
-                        v.finish()
+                    self._on_dense(group, lambda dense: self._gloo.allgather([dense], [alias(source).contiguous()],
+                                                                             opts).wait())
         return self._run("all_gather", [*inputs, *flat], flat, body, agree=[*inputs, *flat], linked=linked)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
@@ -387,15 +306,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
         _check_sizes("all_gather_into_tensor", output, input, self.size())
         linked = self._link is not None
 
-        def body() -> None:
-            out, inp = _Contiguous(output), _Contiguous(input)
+        def move(dense: list[torch.Tensor]) -> None:
             if linked:
-                self._link.gather(out.dense, inp.dense)
+                self._link.gather(dense[0], alias(input).contiguous())
             else:
-                self._gloo._allgather_base(out.dense, inp.dense, opts).wait()
-            out.finish()
-        return self._run("all_gather_into_tensor", [output, input], [output], body, agree=[output, input],
-                         linked=linked)
+                self._gloo._allgather_base(dense[0], alias(input).contiguous(), opts).wait()
+        return self._run("all_gather_into_tensor", [output, input], [output], lambda: self._on_dense([output], move),
+                         agree=[output, input], linked=linked)
 
     all_gather_single = _allgather_base
 
@@ -415,21 +332,21 @@ class NeuronProcessGroup(dist.ProcessGroup):
         flat = [t for group in inputs for t in group]
         if not self._on_neuron([*outputs, *flat]):
             return self._host().reduce_scatter(outputs, inputs, opts)
-        red = _reduction(opts.reduceOp, flat, "reduce_scatter")
-        gloo_opts = _reduce_scatter_opts(red.op, opts.timeout)
+        red = reduction(opts.reduceOp, flat, "reduce_scatter")
+        gloo_opts = reduce_scatter_options(red.op, opts.timeout)
         linked = self._link is not None and _uniform(outputs, flat) and all(supports(red.op, t) for t in outputs)
+
+        def move(dense: list[torch.Tensor], group: list[torch.Tensor]) -> None:
+            if linked:  # the list as one buffer (a copy: the caller's inputs are kept)
+                whole = red.scaled(torch.stack([alias(t).reshape(-1) for t in group]))
+                self._link.reduce_scatter(dense[0], whole, red.op)
+            else:
+                sources = [red.scaled(alias(t).contiguous()) for t in group]
+                self._gloo.reduce_scatter(dense, [sources], gloo_opts).wait()
 
         def body() -> None:
             for output, group in zip(outputs, inputs, strict=True):
-                out = _Contiguous(output)
-                if linked:  # the list as one buffer (a copy: the caller's inputs are kept)
-                    whole = red.scaled(torch.stack([_alias(t).reshape(-1) for t in group]))
-                    self._link.reduce_scatter(out.dense, whole, red.op)
-                else:
-                    sources = [red.scaled(_alias(t).contiguous()) for t in group]
-                    self._gloo.reduce_scatter([out.dense], [sources], gloo_opts).wait()
-                red.finish(out.dense, self.size())
-                out.finish()
+                self._on_dense([output], lambda dense: move(dense, group), red)
         return self._run("reduce_scatter", [*outputs, *flat], outputs, body, agree=[*outputs, *flat],
                          linked=linked)
 
@@ -438,24 +355,21 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if not self._on_neuron([output, input]):
             return self._host()._reduce_scatter_base(output, input, opts)
         _check_sizes("reduce_scatter_tensor", input, output, self.size())
-        red = _reduction(opts.reduceOp, [input], "reduce_scatter_tensor")
-        gloo_opts = _reduce_scatter_opts(red.op, opts.timeout)
+        red = reduction(opts.reduceOp, [input], "reduce_scatter_tensor")
+        gloo_opts = reduce_scatter_options(red.op, opts.timeout)
         linked = self._link is not None and supports(red.op, output)
 
-        def body() -> None:
-            out = _Contiguous(output)
-            source = _alias(input).contiguous()
+        def move(dense: list[torch.Tensor]) -> None:
+            source = alias(input).contiguous()
             scaled = red.scaled(source)
             if linked:
-                self._link.reduce_scatter(out.dense, scaled, red.op)
+                self._link.reduce_scatter(dense[0], scaled, red.op)
             else:
                 # Gloo reduces in place into its input: work on a copy, the caller's input is kept.
-                self._gloo._reduce_scatter_base(out.dense, scaled if scaled is not source else source.clone(),
+                self._gloo._reduce_scatter_base(dense[0], scaled if scaled is not source else source.clone(),
                                                 gloo_opts).wait()
-            red.finish(out.dense, self.size())
-            out.finish()
-        return self._run("reduce_scatter_tensor", [output, input], [output], body, agree=[output, input],
-                         linked=linked)
+        return self._run("reduce_scatter_tensor", [output, input], [output],
+                         lambda: self._on_dense([output], move, red), agree=[output, input], linked=linked)
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -483,13 +397,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
             return self._host().alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
         linked = self._all_to_all_linked()
 
-        def body() -> None:
-            out = _Contiguous(output)
-            self._all_to_all_flat(out.dense.view(-1), _alias(input).contiguous().view(-1),
+        def move(dense: list[torch.Tensor]) -> None:
+            self._all_to_all_flat(dense[0].view(-1), alias(input).contiguous().view(-1),
                                   _element_splits(output, output_split_sizes, self.size()),
                                   _element_splits(input, input_split_sizes, self.size()), linked, opts)
-            out.finish()
-        return self._run("all_to_all_single", [output, input], [output], body, agree=[], linked=linked)
+        return self._run("all_to_all_single", [output, input], [output], lambda: self._on_dense([output], move),
+                         agree=[], linked=linked)
 
     all_to_all_single = alltoall_base
 
@@ -503,10 +416,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         def body() -> None:
             sizes = [t.numel() for t in outputs]
             whole = torch.empty(sum(sizes), dtype=outputs[0].dtype)
-            self._all_to_all_flat(whole, torch.cat([_alias(t).reshape(-1) for t in inputs]), sizes,
+            self._all_to_all_flat(whole, torch.cat([alias(t).reshape(-1) for t in inputs]), sizes,
                                   [t.numel() for t in inputs], linked, opts)
-            for t, piece in zip(outputs, whole.split(sizes)):
-                _alias(t).copy_(piece.view(t.shape))
+            write_pieces(whole.split(sizes), outputs)
         return self._run("all_to_all", [*outputs, *inputs], outputs, body, agree=[], linked=linked)
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> dist.Work:
@@ -517,21 +429,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
         destinations = outputs if self.rank() == opts.rootRank else []  # as for scatter
         linked = self._link is not None and len(inputs) == 1
 
-        def body() -> None:
-            if linked:  # into one buffer on the root, then to the list
-                source = _alias(inputs[0]).contiguous()
-                whole = torch.empty((self.size(), source.numel()), dtype=source.dtype) if destinations else None
-                self._link.gather(whole, source)
-                for group in destinations:
-                    for piece, t in zip(whole, group):
-                        _alias(t).copy_(piece.view(t.shape))
-                return
-            out_views = [[_Contiguous(t) for t in group] for group in destinations]
-            self._gloo.gather([[v.dense for v in group] for group in out_views],
-                              [_alias(t).contiguous() for t in inputs], opts).wait()
-            for group in out_views:
-                for v in group:
-                    v.finish()
+        def linked_body() -> None:  # into one buffer on the root, then to the list
+            source = alias(inputs[0]).contiguous()
+            whole = torch.empty((self.size(), source.numel()), dtype=source.dtype) if destinations else None
+            self._link.gather(whole, source)
+            for group in destinations:
+                write_pieces(whole, group)
+
+        def move(dense: list[torch.Tensor]) -> None:
+            pieces = iter(dense)
+            self._gloo.gather([[next(pieces) for _ in group] for group in destinations],
+                              [alias(t).contiguous() for t in inputs], opts).wait()
+        body = linked_body if linked else lambda: self._on_dense([t for group in destinations for t in group], move)
         return self._run("gather", [*inputs, *flat], flat, body, agree=inputs, root=opts.rootRank, linked=linked)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> dist.Work:
@@ -543,18 +452,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
         sources = inputs if self.rank() == opts.rootRank else []
         linked = self._link is not None and len(outputs) == 1
 
-        def body() -> None:
-            outs = [_Contiguous(t) for t in outputs]
+        def move(dense: list[torch.Tensor]) -> None:
             if linked:  # from one buffer on the root
-                whole = torch.stack([_alias(t).reshape(-1) for t in sources[0]]) if sources else None
-                self._link.scatter(outs[0].dense, whole, opts.rootRank)
+                whole = torch.stack([alias(t).reshape(-1) for t in sources[0]]) if sources else None
+                self._link.scatter(dense[0], whole, opts.rootRank)
             else:
-                self._gloo.scatter([v.dense for v in outs],
-                                   [[_alias(t).contiguous() for t in group] for group in sources], opts).wait()
-            for v in outs:
-                v.finish()
-        return self._run("scatter", [*outputs, *flat], outputs, body, agree=outputs, root=opts.rootRank,
-                         linked=linked)
+                self._gloo.scatter(dense, [[alias(t).contiguous() for t in group] for group in sources], opts).wait()
+        return self._run("scatter", [*outputs, *flat], outputs, lambda: self._on_dense(outputs, move), agree=outputs,
+                         root=opts.rootRank, linked=linked)
 
     def barrier(self, opts: Any = None) -> dist.Work:
         """Blocks until every rank reached it, after this process's queued device work."""
@@ -587,10 +492,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
         """A send or receive is posted to Gloo by a kernel on the communication stream without
         waiting for the peer (so a rank may post its receive before its send, as with
         ``batch_isend_irecv``); ``work.wait()`` queues the wait for its completion."""
-        posted: list[tuple[dist.Work, list[_Contiguous]]] = []
+        posted: list[tuple[dist.Work, list[Contiguous]]] = []
 
         def post_kernel() -> None:
-            views = [_Contiguous(t) for t in tensors]
+            views = [Contiguous(t) for t in tensors]
             posted.append((post([v.dense for v in views]), views))
 
         self._run(f"{name} (peer {peer}) post", tensors, tensors, post_kernel)
@@ -601,74 +506,14 @@ class NeuronProcessGroup(dist.ProcessGroup):
             if copy_back:
                 for v in views:
                     v.finish()
-        return _DeferredWork(self, f"{name} (peer {peer})", tensors, complete)
+        return DeferredWork(lambda: self._run(f"{name} (peer {peer})", tensors, tensors, complete))
 
     # -- coalescing (``_coalescing_manager``, ``batch_isend_irecv``): ops run as issued
     def _start_coalescing(self, device: torch.device) -> None:
         """Operations inside a coalescing block are queued one by one, in order."""
 
     def _end_coalescing(self, device: torch.device) -> dist.Work:
-        return self.barrier() if device.type != "neuron" else _DoneWork()
-
-
-@never_traced
-class _DoneWork(dist.Work):
-    """The work of a coalescing block whose operations each returned their own work."""
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-
-@never_traced
-class _DeferredWork(dist.Work):
-    """A point-to-point operation: its completion is queued on the communication stream when the
-    caller waits (or when it is garbage: the receive still lands before later collectives)."""
-
-    def __init__(self, group: NeuronProcessGroup, name: str, tensors: list[torch.Tensor],
-                 complete: Callable[[], None]) -> None:
-        super().__init__()
-        self._work: dist.Work | None = None
-        self._group, self._name, self._tensors, self._complete = group, name, tensors, complete
-
-    def _queued(self) -> dist.Work:
-        if self._work is None:
-            self._work = self._group._run(self._name, self._tensors, self._tensors, self._complete)
-        return self._work
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        return self._queued().wait(timeout)
-
-    def is_completed(self) -> bool:
-        return self._work is not None and self._work.is_completed()
-
-    def get_future(self) -> torch.futures.Future:
-        return self._queued().get_future()
-
-    def synchronize(self) -> None:
-        self._queued().synchronize()
-
-
-_COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                "reduce_scatter_tensor", "all_to_all_single", "all_to_all", "gather", "scatter")
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32, torch.int64, torch.int16,
-           torch.int8, torch.uint8, torch.bool)
-
-
-def _signature(name: str, tensors: Sequence[torch.Tensor], root: int) -> list[int]:
-    """What every rank must agree on: the collective, the root, the dtype and element count of
-    each tensor whose size is fixed across ranks (all-to-all: the dtype only)."""
-    dtypes = {t.dtype for t in tensors} or {torch.float32}
-    sizes = [] if name.startswith("all_to_all") else [t.numel() for t in tensors]
-    codes = [_DTYPES.index(d) if d in _DTYPES else 99 for d in sorted(dtypes, key=str)]
-    return [_COLLECTIVES.index(name), root, len(codes), *codes, len(sizes), *sizes]
-
-
-def _describe(signature: list[int]) -> str:
-    name, root, *rest = signature
-    return f"{_COLLECTIVES[name] if 0 <= name < len(_COLLECTIVES) else name} root {root} dtype/sizes {rest}"
+        return self.barrier() if device.type != "neuron" else DoneWork()
 
 
 def _each(collective: Callable[..., dist.Work], outputs: Sequence[Any], inputs: Sequence[Any],
@@ -697,18 +542,6 @@ def _check_sizes(name: str, whole: torch.Tensor, part: torch.Tensor, size: int) 
         raise ValueError(f"{name} on neuron: the larger tensor must hold group size ({size}) x the smaller "
                          f"of the same dtype, got {tuple(whole.shape)} {whole.dtype} and "
                          f"{tuple(part.shape)} {part.dtype}")
-
-
-def _allreduce_opts(op: Any, timeout: timedelta) -> dist.AllreduceOptions:
-    opts = dist.AllreduceOptions()
-    opts.reduceOp, opts.timeout = op, timeout
-    return opts
-
-
-def _reduce_scatter_opts(op: Any, timeout: timedelta) -> dist.ReduceScatterOptions:
-    opts = dist.ReduceScatterOptions()
-    opts.reduceOp, opts.timeout = op, timeout
-    return opts
 
 
 def select_local_device() -> None:

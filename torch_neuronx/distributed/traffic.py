@@ -2,12 +2,16 @@
 
 The bus factor turns a collective's size into the bytes each rank's link carries in a ring (so
 bus bandwidth compares across collectives and group sizes); the ring steps are the link
-latencies it pays. Used by the profiler's collective message (:mod:`.process_group`, then
-``torch_neuronx.profiling``'s cost model) and by ``benchmarks/collectives.py``.
+latencies it pays. Used by the profiler's collective message (:func:`collective_message`, read
+by ``torch_neuronx.profiling``'s cost model) and by ``benchmarks/collectives.py``.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import NamedTuple
+
+import torch
 
 
 class Traffic(NamedTuple):
@@ -31,3 +35,21 @@ def traffic(collective: str, ranks: int) -> Traffic:
 # Each rank's link carries (n - 1) / n of the collective's size.
 _ONE_PASS = ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
              "all_to_all_single", "all_to_all", "gather", "scatter")
+
+
+def collective_message(name: str, group_size: int, tensors: Sequence[torch.Tensor], outputs: Sequence[torch.Tensor],
+                       linked: bool) -> str:
+    """The collective's message for the profiler (torch_neuronx/profiling): its size as
+    nccl-tests counts it (the larger of what a rank passes in and gets out), the bus factor
+    and ring steps of its algorithm, and the transport; empty for a point-to-point wait."""
+    base = name.split(" (")[0]
+    if name.endswith(")") and not name.endswith("post"):
+        return ""  # the wait for a posted send or receive moves nothing
+    bus, steps = traffic(base, group_size)
+    out_ids = {id(t) for t in outputs}
+    written = sum(t.nbytes for t in outputs)
+    read = sum(t.nbytes for t in tensors if id(t) not in out_ids) or written
+    return json.dumps({"collective": base, "group_size": group_size, "bytes": max(read, written),
+                       "dtype": str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
+                       "bus_factor": bus, "ring_steps": steps,
+                       "transport": "shared_memory" if linked else "gloo"})

@@ -4,10 +4,13 @@ A collective runs as a kernel on its process group's communication stream, after
 that were queued on the issuing stream before it. :meth:`NeuronWork.wait` makes the *current*
 stream wait for that kernel (the host goes on), :meth:`NeuronWork.synchronize` and a
 :meth:`get_future` result wait on the host; an error of the collective surfaces at the next
-synchronization of the device, naming the collective.
+synchronization of the device, naming the collective. A point-to-point operation's handle
+(:class:`DeferredWork`) queues its completion when waited for; a coalescing block's
+(:class:`DoneWork`) has nothing to wait for.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -60,3 +63,43 @@ class NeuronWork(dist.Work):
 
     def result(self) -> list[torch.Tensor]:
         return self._outputs
+
+
+@never_traced
+class DoneWork(dist.Work):
+    """The work of a coalescing block whose operations each returned their own work."""
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+@never_traced
+class DeferredWork(dist.Work):
+    """A point-to-point operation: its completion is queued on the communication stream when the
+    caller waits (or when it is garbage: the receive still lands before later collectives).
+    ``queue`` queues it (once) and returns its work."""
+
+    def __init__(self, queue: Callable[[], dist.Work]) -> None:
+        super().__init__()
+        self._work: dist.Work | None = None
+        self._queue = queue
+
+    def _queued(self) -> dist.Work:
+        if self._work is None:
+            self._work = self._queue()
+        return self._work
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        return self._queued().wait(timeout)
+
+    def is_completed(self) -> bool:
+        return self._work is not None and self._work.is_completed()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._queued().get_future()
+
+    def synchronize(self) -> None:
+        self._queued().synchronize()
