@@ -37,7 +37,7 @@ struct SeenStorage {
   const void* data = nullptr;                         // where its memory is (inputs)
 };
 
-// The C++ entry of a segment compiled with Inductor's C++ wrapper (segments.py): it takes the
+// The C++ entry of a segment compiled with Inductor's C++ wrapper (kernel_source.py): it takes the
 // host tensors as owned handles (new at::Tensor) and returns an error message or null. It needs
 // no interpreter lock, so a fused kernel runs beside the program's Python thread.
 using NativeEntry = const char* (*)(void** inputs);

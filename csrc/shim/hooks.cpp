@@ -1,11 +1,12 @@
 // PrivateUse1 hooks: what PyTorch asks of a backend outside the dispatcher (generators,
-// pinned memory, storage resizing for FSDP2, device of a pointer).
+// pinned memory and the host allocator, storage resizing for FSDP2, device of a pointer).
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "allocator.h"
 #include "device.h"
@@ -16,8 +17,11 @@ namespace torch_neuronx {
 namespace {
 
 // Page-locked host memory is only a bookkeeping notion here: the simulated device reads
-// host memory directly. Track the pointers so `is_pinned()` is truthful.
-class PinnedAllocator final : public c10::Allocator {
+// host memory directly. Track the pointers so `is_pinned()` is truthful. It is also the device's
+// at::HostAllocator (torch.accelerator.empty_host_cache, which vLLM calls at shutdown): it keeps
+// no cache, so there is nothing to empty, and a queued copy into pinned memory holds the storage
+// it writes, so no event needs recording before a block is freed.
+class PinnedAllocator final : public at::HostAllocator {
  public:
   static PinnedAllocator& instance() {
     static auto* allocator = new PinnedAllocator();
@@ -29,7 +33,12 @@ class PinnedAllocator final : public c10::Allocator {
     void* data = ptr.get();
     if (data) {
       std::lock_guard<std::mutex> lock(mu_);
-      pinned_.insert(data);
+      pinned_.emplace(data, n);
+      stats_.active_requests.increase(1);
+      stats_.active_bytes.increase(n);
+      stats_.allocations.increase(1);
+      stats_.allocated_bytes.increase(n);
+      ++stats_.num_host_alloc;
     }
     return {data, new c10::DataPtr(std::move(ptr)), &PinnedAllocator::release, c10::Device(c10::kCPU)};
   }
@@ -40,18 +49,46 @@ class PinnedAllocator final : public c10::Allocator {
     return pinned_.count(p) != 0;
   }
 
+  bool record_event(void* ptr, void* ctx, c10::Stream stream) override { return is_pinned(ptr); }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (c10::CachingAllocator::Stat* stat :
+         {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
+      stat->reset_accumulated();
+    stats_.num_host_alloc = stats_.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (c10::CachingAllocator::Stat* stat :
+         {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
+      stat->reset_peak();
+  }
+
  private:
   static void release(void* ctx) {
     auto* ptr = static_cast<c10::DataPtr*>(ctx);
     {
-      std::lock_guard<std::mutex> lock(instance().mu_);
-      instance().pinned_.erase(ptr->get());
+      auto& self = instance();
+      std::lock_guard<std::mutex> lock(self.mu_);
+      auto it = self.pinned_.find(ptr->get());
+      self.stats_.active_requests.decrease(1);
+      self.stats_.active_bytes.decrease(it->second);
+      self.stats_.allocations.decrease(1);
+      self.stats_.allocated_bytes.decrease(it->second);
+      ++self.stats_.num_host_free;
+      self.pinned_.erase(it);
     }
     delete ptr;
   }
 
   std::mutex mu_;
-  std::unordered_set<const void*> pinned_;
+  std::unordered_map<const void*, size_t> pinned_;  // pointer -> bytes
+  at::HostStats stats_;
 };
 
 struct NeuronHooks final : public at::PrivateUse1HooksInterface {
@@ -95,7 +132,10 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 };
 
 struct RegisterHooks {
-  RegisterHooks() { at::RegisterPrivateUse1HooksInterface(new NeuronHooks()); }
+  RegisterHooks() {
+    at::RegisterPrivateUse1HooksInterface(new NeuronHooks());
+    at::setHostAllocator(at::kPrivateUse1, &PinnedAllocator::instance());
+  }
 } register_hooks;
 
 }  // namespace

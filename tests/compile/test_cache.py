@@ -311,10 +311,11 @@ def test_the_key_includes_the_build_of_the_extension(monkeypatch):
 
 
 def test_the_key_includes_the_adaptive_segment_compiler(monkeypatch):
-    """A fused segment's code comes from torch_neuronx/adaptive/segments.py (its replay and
-    Inductor settings): a changed compiler must not load segments the old one cached."""
-    from torch_neuronx.adaptive import segments
-    compiler_source = Path(segments.__file__).resolve()
+    """A fused segment's code comes from torch_neuronx/adaptive/kernel_source.py (its Inductor
+    settings, and the replay it compiles): a changed compiler must not load segments the old one
+    cached."""
+    from torch_neuronx.adaptive import kernel_source
+    compiler_source = Path(kernel_source.__file__).resolve()
     real_read = Path.read_bytes
     _assert_changes_the_backend_version(
         monkeypatch, Path, "read_bytes", lambda p: b"changed" if p.resolve() == compiler_source else real_read(p))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from helpers import held_queue
+from helpers import held_queue, run_py
 from torch_neuronx.runtime import set_hbm_capacity
 
 GiB = 1 << 30
@@ -418,6 +418,22 @@ def test_pinned_host_memory_and_non_blocking_copies():
     assert torch.equal(back, x)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=16, pin_memory=True)
     assert all(batch.is_pinned() for (batch,) in loader)
+
+
+def test_the_device_has_a_host_allocator():
+    """torch.accelerator.empty_host_cache() (vLLM calls it at shutdown) reaches the device's host
+    allocator, the pinned one: it caches nothing, so pinned tensors keep their data. In a process
+    of its own: without a host allocator the call crashed the interpreter."""
+    done = run_py("""
+        import torch, torch_neuronx
+        x = torch.arange(6.0, device="neuron")
+        pinned = x.to("cpu", non_blocking=True)
+        torch.neuron.synchronize()
+        torch.accelerator.empty_host_cache()
+        print(pinned.is_pinned(), pinned.tolist() == torch.arange(6.0).tolist(), (x + 1).cpu().tolist())
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "[1.0,", "2.0,", "3.0,", "4.0,", "5.0,", "6.0]"]
 
 
 def test_non_blocking_copy_to_pinned_memory_returns_before_the_queue_drains():
