@@ -1,13 +1,13 @@
+// The queue and its worker: streams, launches, the order the worker executes them in.
 #include "hardware_queue.h"
 
 #include <pthread.h>
 
 #include <chrono>
 #include <limits>
-#include <sstream>
-#include <stdexcept>
 
 #include "float_controls.h"
+#include "hardware_queue_lock.h"
 #include "runtime.h"
 
 namespace neuron_rt {
@@ -26,23 +26,6 @@ std::atomic<ComputeThreads> compute_threads_hook{nullptr};
 thread_local bool tls_worker = false;
 thread_local int tls_executing = -1;  // the core whose kernel this thread is executing
 thread_local const LaunchInfo* tls_executing_info = nullptr;
-
-// The queue's lock, as every thread takes it. It is held for well under a microsecond at a time;
-// a thread that finds it held and sleeps is woken through the kernel while the other takes the
-// lock again, and the launching thread and the worker fall into a convoy in which most launches
-// sleep (measured: some processes ran a 20-token generate a third slower, the program's thread
-// blocking on this lock about 2,000 times a second). Trying briefly before sleeping avoids it.
-std::unique_lock<std::mutex> lock_soon(std::mutex& mu) {
-  std::unique_lock<std::mutex> lock(mu, std::try_to_lock);
-  for (int i = 0; i < 256 && !lock.owns_lock(); ++i) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-    lock.try_lock();
-  }
-  if (!lock.owns_lock()) lock.lock();
-  return lock;
-}
 }  // namespace
 
 bool on_worker_thread() { return tls_worker; }
@@ -137,42 +120,6 @@ uint64_t HardwareQueue::launch(int stream, std::function<void()> fn, LaunchInfo 
   return push(stream, std::move(item));
 }
 
-// The queue reached an event's marker: timestamp and complete that recorded version.
-static void reach(Event& event, uint64_t version) {
-  event.timestamp = now_ns();
-  event.completed = version;
-}
-
-void HardwareQueue::record(int stream, const std::shared_ptr<Event>& event) {
-  bool reached = false;
-  {
-    // An idle core reaches the marker at once (as its worker would right away): complete it here.
-    std::unique_lock<std::mutex> lock = lock_soon(mu_);
-    if (inline_kernels_ && pending_ == 0) {
-      reach(*event, ++event->recorded);
-      reached = true;
-    }
-  }
-  if (reached) {
-    Runtime::get().notify_all_queues();
-    return;
-  }
-  Item item;
-  item.record_event = event;
-  item.record_version = ++event->recorded;
-  push(stream, std::move(item));
-}
-
-void HardwareQueue::wait(int stream, const std::shared_ptr<Event>& event) {
-  const uint64_t version = event->recorded.load();
-  if (version == 0) return;  // never recorded: nothing to wait for (CUDA semantics)
-  if (event->completed.load() >= version) return;  // nothing to wait for either
-  Item item;
-  item.wait_event = event;
-  item.wait_version = version;
-  push(stream, std::move(item));
-}
-
 void HardwareQueue::complete_locked(int stream, uint64_t seq) {
   Stream& s = streams_[stream];
   s.completed++;
@@ -196,32 +143,6 @@ int HardwareQueue::pick_locked() const {
     if (s.priority < b.priority || (s.priority == b.priority && head.seq < b.items.front().seq)) best = i;
   }
   return best;
-}
-
-void HardwareQueue::store_error(const LaunchInfo& info, const std::shared_ptr<std::exception_ptr>& capture,
-                                std::exception_ptr error) {
-  if (capture) {
-    *capture = error;
-    return;
-  }
-  std::string what;
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    what = e.what();
-  } catch (...) {
-    what = "unknown error";
-  }
-  std::lock_guard<std::mutex> lock(error_mu_);
-  if (error_) return;  // the earliest error wins
-  std::ostringstream msg;
-  msg << "neuron:" << device_ << ": device kernel '" << info.name << "' failed: " << what
-      << "\nDevice errors are reported at the next synchronization point, so the Python line "
-         "above may not be the one that launched the kernel. Set NEURON_LAUNCH_BLOCKING=1 to "
-         "raise at the launching operation";
-  if (info.launch_stack.empty()) msg << ", or TORCH_NEURONX_ENABLE_STACK_TRACE=1 to record the launching Python stack.";
-  else msg << ".\nKernel launched from (most recent call last):\n" << info.launch_stack;
-  error_ = msg.str();
 }
 
 // Runs a kernel body: its error is stored (or captured), and the kernel observer sees it.
@@ -309,54 +230,6 @@ void HardwareQueue::run() {
   }
 }
 
-uint64_t HardwareQueue::begin_inline(int stream, HostWork work) {
-  if (!inline_kernels_ || work == HostWork::kNever) return 0;
-  // Read again under the lock: this read only spares most eager launches the lock.
-  if (work == HostWork::kFollow && !host_compute_.load(std::memory_order_relaxed)) return 0;
-  std::unique_lock<std::mutex> lock = lock_soon(mu_);
-  if (work == HostWork::kClaim) {
-    // Wait for the queued kernels (a graph holds the interpreter lock while it computes, so
-    // queueing it behind them would gain little) and for the worker to release its compute
-    // threads. Not for a stream blocked on an event: the host may be the one to record it.
-    waiters_++;
-    for (;;) {
-      const bool blocked = pending_ > 0 && !running_ && !inline_ && pick_locked() < 0;
-      if (blocked || (pending_ == 0 && !inline_ && !worker_warm_)) break;
-      if (pending_ == 0 && !inline_ && !release_requested_) {  // the worker still has its threads
-        release_requested_ = true;
-        generation_++;  // ends the worker's watch for launches
-        if (sleeping_) work_cv_.notify_one();
-      }
-      done_cv_.wait(lock);
-    }
-    waiters_--;
-  }
-  if (pending_ != 0 || inline_) return 0;
-  if (work == HostWork::kFollow && !host_compute_) return 0;
-  if (work == HostWork::kClaim) host_compute_ = true;
-  Stream& s = streams_.at(stream);
-  inline_ = true;
-  s.enqueued++;
-  pending_++;
-  return next_seq_++;
-}
-
-void HardwareQueue::finish_inline(int stream, uint64_t seq, const std::function<void()>& fn, const LaunchInfo& info,
-                                  const std::shared_ptr<std::exception_ptr>& capture) {
-  execute(stream, fn, info, capture);
-  bool wake, notify;
-  {
-    std::unique_lock<std::mutex> lock = lock_soon(mu_);
-    complete_locked(stream, seq);
-    inline_ = false;
-    kernels_on_host_++;
-    wake = sleeping_ && pending_ > 0;  // launches from other threads waited for the core
-    notify = waiters_ > 0;
-  }
-  if (wake) work_cv_.notify_one();
-  if (notify) done_cv_.notify_all();
-}
-
 std::pair<uint64_t, uint64_t> HardwareQueue::kernel_counts() const {
   std::unique_lock<std::mutex> lock = lock_soon(mu_);
   return {kernels_on_worker_, kernels_on_host_};
@@ -390,60 +263,6 @@ StreamPosition HardwareQueue::position(int stream) const {
   std::unique_lock<std::mutex> lock = lock_soon(mu_);
   const Stream& s = streams_.at(stream);
   return {s.enqueued, s.completed};
-}
-
-void HardwareQueue::wait_item(int stream, uint64_t seq) {
-  std::unique_lock<std::mutex> lock = lock_soon(mu_);
-  waiters_++;
-  done_cv_.wait(lock, [&] {
-    const Stream& s = streams_[stream];
-    return s.last_seq_done >= seq || s.completed == s.enqueued;
-  });
-  waiters_--;
-  lock.unlock();
-  drain_retired();
-}
-
-void HardwareQueue::synchronize_stream(int stream) {
-  std::unique_lock<std::mutex> lock = lock_soon(mu_);
-  const uint64_t target = streams_.at(stream).enqueued;
-  waiters_++;
-  done_cv_.wait(lock, [&] { return streams_[stream].completed >= target; });
-  waiters_--;
-  lock.unlock();
-  drain_retired();
-}
-
-void HardwareQueue::synchronize() {
-  std::unique_lock<std::mutex> lock = lock_soon(mu_);
-  std::vector<uint64_t> targets;
-  for (const Stream& s : streams_) targets.push_back(s.enqueued);
-  waiters_++;
-  done_cv_.wait(lock, [&] {
-    for (size_t i = 0; i < targets.size(); ++i)
-      if (streams_[i].completed < targets[i]) return false;
-    return true;
-  });
-  waiters_--;
-  lock.unlock();
-  drain_retired();
-}
-
-void HardwareQueue::wait_event(const Event& event) {
-  const uint64_t version = event.recorded.load();
-  std::unique_lock<std::mutex> lock = lock_soon(mu_);
-  waiters_++;
-  done_cv_.wait(lock, [&] { return event.completed.load() >= version; });
-  waiters_--;
-}
-
-void HardwareQueue::raise_pending_error() {
-  std::optional<std::string> error;
-  {
-    std::lock_guard<std::mutex> lock(error_mu_);
-    error.swap(error_);
-  }
-  if (error) throw std::runtime_error(*error);
 }
 
 }  // namespace neuron_rt

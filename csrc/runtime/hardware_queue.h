@@ -8,7 +8,6 @@
 // thread instead of the worker, as the stream's next kernel (begin_inline / finish_inline).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -22,35 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include "fifo.h"
 #include "stream_progress.h"
 
 namespace neuron_rt {
-
-// A first-in-first-out list that keeps its memory (std::deque frees and allocates a node every
-// few items: a malloc every few launches).
-template <typename T>
-class Fifo {
- public:
-  bool empty() const { return head_ == tail_; }
-  T& front() { return slots_[head_ & (slots_.size() - 1)]; }
-  const T& front() const { return slots_[head_ & (slots_.size() - 1)]; }
-  void push_back(T&& value) {
-    if (tail_ - head_ == slots_.size()) grow();
-    slots_[tail_++ & (slots_.size() - 1)] = std::move(value);
-  }
-  void pop_front() { slots_[head_++ & (slots_.size() - 1)] = T(); }  // releases what the item held
-
- private:
-  void grow() {
-    std::vector<T> bigger(std::max<size_t>(16, 2 * slots_.size()));  // sizes stay powers of two
-    for (size_t i = head_; i < tail_; ++i) bigger[i - head_] = std::move(slots_[i & (slots_.size() - 1)]);
-    tail_ -= head_;
-    head_ = 0;
-    slots_.swap(bigger);
-  }
-  std::vector<T> slots_;
-  size_t head_ = 0, tail_ = 0;
-};
 
 using Nanos = int64_t;
 // Monotonic time (steady_clock): event timing and kernel intervals never jump with the wall
@@ -190,6 +164,8 @@ class HardwareQueue final : public StreamProgress {
   };
 
   uint64_t push(int stream, Item item);
+  // The queue reached an event's marker: timestamp and complete that recorded version.
+  static void reach(Event& event, uint64_t version);
   int pick_locked() const;
   // Counts a kernel done on `stream` (the worker's or the host's), under mu_.
   void complete_locked(int stream, uint64_t seq);
