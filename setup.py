@@ -12,7 +12,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension, include_path
 # The runtime's own C++ tests (csrc/runtime/tests) are a program of their own: the test suite
 # builds and runs them (tests/runtime/test_runtime_library.py).
 sources = sorted(str(p) for p in Path("csrc").rglob("*.cpp") if "tests" not in p.parts)
-# Kineto's headers ship in the wheel; the profiler (csrc/shim/profiler.cpp) registers a Kineto
+# Kineto's headers ship in the wheel; the profiler (csrc/shim/profiler/session.cpp) registers a Kineto
 # child profiler, which needs them and USE_KINETO.
 kineto = [str(Path(p) / "kineto") for p in include_paths() if (Path(p) / "kineto").is_dir()]
 

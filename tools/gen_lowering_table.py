@@ -447,7 +447,7 @@ def lowering_for(op: str) -> Lowering | None:
 '''
 
 
-# Ops with no CPU kernel that the shim runs through a host substitute (csrc/shim/native_kernel.cpp):
+# Ops with no CPU kernel that the shim runs through a host substitute (csrc/shim/host_substitutes.cpp):
 # on a PrivateUse1 device, convolution dispatches to the "overrideable" entry points, and the
 # LSTM/GRU cells to the fused cells that otherwise only CUDA implements (csrc/shim/rnn_cells.cpp).
 _HOST_SUBSTITUTED = {"aten::convolution_overrideable": "conv",

@@ -42,7 +42,7 @@ MUTATIONS = (
              "self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),",
              "self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(size),",
              ("tests/ops/test_semantics.py",)),
-    Mutation("dropped deferred error", "csrc/runtime/hardware_queue.cpp",
+    Mutation("dropped deferred error", "csrc/runtime/hardware_queue_sync.cpp",
              "  error_ = msg.str();\n}", "  (void)msg;\n}",
              ("tests/runtime/test_execution.py", "-k", "deferred or error")),
     Mutation("off-by-one in the allocator's statistics", "csrc/runtime/hbm_pool.cpp",

@@ -7,11 +7,11 @@
 #include <mutex>
 #include <vector>
 
-#include "adaptive.h"
+#include "adaptive/adaptive.h"
 #include "launch.h"
 #include "op_tracking.h"
 #include "openmp.h"
-#include "profiler.h"
+#include "profiler/profiler.h"
 
 namespace torch_neuronx {
 

@@ -14,9 +14,9 @@
 
 #include "device.h"
 #include "launch.h"
-#include "native_kernel.h"
+#include "native_kernel/native_kernel.h"
 #include "op_tracking.h"
-#include "profiler.h"
+#include "profiler/profiler.h"
 
 namespace torch_neuronx {
 

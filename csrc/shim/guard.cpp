@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "adaptive.h"
+#include "adaptive/adaptive.h"
 #include "device.h"
 #include "launch.h"
 #include "openmp.h"

@@ -8,10 +8,10 @@
 #include <memory>
 #include <optional>
 
-#include "adaptive.h"
+#include "adaptive/adaptive.h"
 #include "device.h"
 #include "openmp.h"
-#include "profiler.h"
+#include "profiler/profiler.h"
 
 namespace torch_neuronx {
 

@@ -3,7 +3,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
-#include "adaptive.h"
+#include "adaptive/adaptive.h"
 #include "attention.h"
 #include "compiled_graph.h"
 #include "device.h"
@@ -13,10 +13,10 @@
 #include "host_aliases.h"
 #include "kernel_object.h"
 #include "fallback.h"
-#include "native_kernel.h"
+#include "native_kernel/native_kernel.h"
 #include "nested_tensor.h"
 #include "op_tracking.h"
-#include "profiler.h"
+#include "profiler/profiler.h"
 #include "../runtime/shared_link.h"
 
 namespace py = pybind11;

@@ -20,7 +20,7 @@
 #include "device.h"
 #include "host_aliases.h"
 #include "fallback.h"
-#include "native_kernel.h"
+#include "native_kernel/native_kernel.h"
 
 namespace torch_neuronx {
 namespace {

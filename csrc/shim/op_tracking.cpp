@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../runtime/runtime.h"
-#include "native_kernel.h"
+#include "native_kernel/native_kernel.h"
 
 namespace torch_neuronx {
 

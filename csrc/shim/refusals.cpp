@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "native_kernel.h"
+#include "native_kernel/native_kernel.h"
 
 namespace torch_neuronx {
 

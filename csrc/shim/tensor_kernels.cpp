@@ -1,6 +1,6 @@
 // The operators every backend must provide itself: allocation, views, resize/set, copies
 // across the host/device boundary and reading a scalar. Everything else goes through the
-// lowering table (native_kernel.cpp) or the CPU fallback.
+// lowering table (native_kernel/) or the CPU fallback.
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
@@ -17,14 +17,14 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <torch/library.h>
 
-#include "adaptive.h"
+#include "adaptive/adaptive.h"
 #include "allocator.h"
 #include "device.h"
 #include "host_aliases.h"
 #include "launch.h"
-#include "native_kernel.h"
+#include "native_kernel/native_kernel.h"
 #include "op_tracking.h"
-#include "profiler.h"
+#include "profiler/profiler.h"
 
 namespace torch_neuronx {
 

@@ -50,7 +50,7 @@ REQUIRED_SYNC = {
     "aten::nonzero", "aten::masked_select", "aten::_unique2", "aten::repeat_interleave.Tensor",
     "aten::bincount", "aten::equal",
 }
-# No CPU kernel: the shim runs them through a host substitute (csrc/shim/native_kernel.cpp).
+# No CPU kernel: the shim runs them through a host substitute (csrc/shim/host_substitutes.cpp).
 HOST_SUBSTITUTED = {"aten::convolution_overrideable", "aten::convolution_backward_overrideable",
                     "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_lstm_cell_backward_impl",
                     "aten::_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell_backward"}

@@ -3,7 +3,7 @@ into single kernels (docs/adaptive-eager.md).
 
 ``torch_neuronx.set_eager_mode("adaptive")`` (or ``TORCH_NEURONX_EAGER_MODE=adaptive``) turns it
 on, ``"eager"`` off; ``with torch_neuronx.eager_mode("adaptive"):`` does it for a block. The device
-(``csrc/shim/adaptive.cpp``) groups the planned calls a core receives back to back into segments
+(``csrc/shim/adaptive/``) groups the planned calls a core receives back to back into segments
 and counts them; a segment seen often enough is described to :mod:`.segments`, which compiles it
 in the background (in a compile process) with the compile pipeline's compiler, and the device
 launches it as one kernel when the same segment comes again.

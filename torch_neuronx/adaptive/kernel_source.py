@@ -80,7 +80,7 @@ _SEGMENT_KERNELS = {"cpp.min_chunk_size": 16384, "size_asserts": False}
 _RELEASE_GIL = "    py::gil_scoped_release_simple release;\n"
 _ENTRY_END = "} // inductor_entry_impl\n"
 _NATIVE_ENTRY = """
-// The device worker's entry (csrc/shim/adaptive.cpp): input handles are taken, errors returned.
+// The device worker's entry (csrc/shim/adaptive/fused_launch.cpp): input handles are taken, errors returned.
 extern "C" __attribute__((visibility("default"))) const char* neuron_segment_entry(AtenTensorHandle* inputs) {
     static thread_local std::string error;
     try {

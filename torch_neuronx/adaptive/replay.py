@@ -1,6 +1,6 @@
 """A segment's description as a graph that replays it on host tensors.
 
-The device describes a segment it has seen often enough (``csrc/shim/adaptive.cpp``,
+The device describes a segment it has seen often enough (``csrc/shim/adaptive/compile_requests.cpp``,
 ``request_compile``): its calls (operator, arguments with tensors as *references* and scalars as
 *value numbers*, results as *storage numbers*), every reference's storage and layout, which
 storages are inputs from before the segment, each fresh result's layout and whether the program
@@ -190,7 +190,7 @@ class SegmentGraph:
                 self.input_of[(storage, *geometry)] = (len(self.input_refs), False)
                 self.input_refs.append(r)
         # Every result still held is an output; one in the memory of an input the program freed
-        # is written there by the device after the kernel (csrc/shim/adaptive.cpp).
+        # is written there by the device after the kernel (csrc/shim/adaptive/fused_launch.cpp).
         self.outputs = [k for k, live in enumerate(self.live) if live]
         # Scalars that changed between sightings become inputs where an overload takes them as
         # tensors; the others are compiled in (and checked by the device at every launch).

@@ -1,6 +1,6 @@
 """Compiling adaptive-eager segments: the compile service.
 
-The device hands a segment it has seen often enough to :func:`_request` (``csrc/shim/adaptive.cpp``,
+The device hands a segment it has seen often enough to :func:`_request` (``csrc/shim/adaptive/compile_requests.cpp``,
 ``request_compile``). A background thread takes the requests one at a time, gets each fused kernel
 from the executable cache or from the compile process (compile_worker.py, which runs
 :func:`.kernel_source.compile_to_source` on the segment's replay, :mod:`.replay`), loads it and

@@ -63,7 +63,7 @@ class NeuronConfig(torch._C._profiler._ExperimentalConfig):
             fields.append("cores:" + ",".join(map(str, cores)))
         if max_events_per_nc:
             fields.append(f"max_events_per_nc:{max_events_per_nc}")
-        # Kineto passes it as its CUSTOM_CONFIG setting to the session (csrc/shim/profiler.cpp).
+        # Kineto passes it as its CUSTOM_CONFIG setting to the session (csrc/shim/profiler/session.cpp).
         # verbose: operators keep their Python stack (with_stack=True) for FrameworkOp's source line.
         super().__init__(custom_profiler_config=";".join(fields), verbose=True)
         self.modes = modes

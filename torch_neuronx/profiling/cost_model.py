@@ -125,7 +125,7 @@ def _flops(name: str, inputs: list[Any], outputs: list[Any]) -> int | None:
 
 def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
     """Estimate one call of ``name`` from the shim's description of its tensors
-    (``{"inputs": [...], "outputs": [...]}``, see csrc/shim/profiler.h); None without tensors.
+    (``{"inputs": [...], "outputs": [...]}``, see csrc/shim/profiler/profiler.h); None without tensors.
 
     Bytes moved are the tensors read plus the tensors written: the outputs, or for an in-place
     operator that returns nothing (``_foreach_add_``) its first argument. Operators without a FLOP

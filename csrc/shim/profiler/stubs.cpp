@@ -5,9 +5,9 @@
 #include <functional>
 #include <memory>
 
-#include "adaptive.h"
-#include "device.h"
-#include "launch.h"
+#include "../adaptive/adaptive.h"
+#include "../device.h"
+#include "../launch.h"
 
 namespace torch_neuronx::profiler {
 

@@ -3,7 +3,7 @@
 // outputs).
 #include <c10/core/CPUAllocator.h>
 
-#include "native_kernel_parts.h"
+#include "parts.h"
 
 namespace torch_neuronx::native {
 

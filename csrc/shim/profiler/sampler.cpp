@@ -1,4 +1,4 @@
-#include "profiler_sampler.h"
+#include "sampler.h"
 
 #include <unistd.h>
 

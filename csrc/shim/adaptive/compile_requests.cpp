@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <dlfcn.h>
 
-#include "adaptive_parts.h"
+#include "parts.h"
 
 namespace py = pybind11;
 

@@ -7,8 +7,7 @@
 // without waiting. The work itself is PyTorch's CPU kernel running on host aliases of
 // device memory, on the core's hardware-queue thread.
 //
-// The kernel object and its host call live here; its parts in the files native_kernel_parts.h
-// names.
+// The kernel object and its host call live here; its parts in the files parts.h names.
 #include "native_kernel.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -21,12 +20,12 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "allocator.h"
-#include "device.h"
-#include "fallback.h"
-#include "generator.h"
-#include "host_substitutes.h"
-#include "native_kernel_parts.h"
+#include "../allocator.h"
+#include "../device.h"
+#include "../fallback.h"
+#include "../generator.h"
+#include "../host_substitutes.h"
+#include "parts.h"
 
 namespace torch_neuronx {
 

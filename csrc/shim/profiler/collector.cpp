@@ -1,6 +1,6 @@
 // What the launching threads and the cores' workers hand the collector: correlation ids, the
 // launches' host-side events, the kernels' records, CPU fallbacks and synchronize waits.
-#include "profiler_collector.h"
+#include "collector.h"
 
 #include <ThreadUtil.h>
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <map>
 
-#include "adaptive_parts.h"
-#include "device.h"
+#include "parts.h"
+#include "../device.h"
 
 namespace py = pybind11;
 

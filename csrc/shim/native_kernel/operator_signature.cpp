@@ -2,9 +2,9 @@
 // that checks devices and dtypes and writes the key of its operator's plan cache.
 #include <c10/util/bit_cast.h>
 
-#include "native_kernel_parts.h"
-#include "device.h"
-#include "fallback.h"
+#include "parts.h"
+#include "../device.h"
+#include "../fallback.h"
 
 namespace torch_neuronx::native {
 

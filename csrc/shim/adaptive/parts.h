@@ -22,8 +22,8 @@
 
 #include "adaptive.h"
 #include "fused_placement.h"
-#include "host_aliases.h"
-#include "kernel_object.h"
+#include "../host_aliases.h"
+#include "../kernel_object.h"
 
 namespace torch_neuronx::adaptive {
 

@@ -11,8 +11,8 @@
 // Kineto's GenericTraceActivity::addMetadata formats with fmt, whose compiled part libtorch does
 // not export: use fmt header-only in this file.
 #define FMT_HEADER_ONLY
-#include "profiler_collector.h"
-#include "profiler_sampler.h"
+#include "collector.h"
+#include "sampler.h"
 
 #include <IActivityProfiler.h>
 #include <ThreadUtil.h>
@@ -24,7 +24,7 @@
 #include <memory>
 #include <sstream>
 
-#include "launch.h"
+#include "../launch.h"
 
 namespace torch_neuronx::profiler {
 

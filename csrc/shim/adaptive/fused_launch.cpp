@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
-#include "adaptive_parts.h"
-#include "profiler.h"
+#include "parts.h"
+#include "../profiler/profiler.h"
 
 namespace py = pybind11;
 

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "native_kernel_parts.h"
-#include "fallback.h"
-#include "launch.h"
-#include "op_tracking.h"
-#include "profiler.h"
+#include "parts.h"
+#include "../fallback.h"
+#include "../launch.h"
+#include "../op_tracking.h"
+#include "../profiler/profiler.h"
 
 namespace torch_neuronx::native {
 

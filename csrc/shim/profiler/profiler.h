@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../runtime/runtime.h"
+#include "../../runtime/runtime.h"
 
 namespace torch_neuronx::profiler {
 

@@ -16,8 +16,8 @@
 #include <functional>
 #include <vector>
 
-#include "host_aliases.h"
-#include "launch.h"
+#include "../host_aliases.h"
+#include "../launch.h"
 
 namespace torch_neuronx::adaptive {
 

@@ -1,9 +1,9 @@
 // Launches of a signature that has a plan: outputs allocated from the layouts its first launch
 // recorded, and the kernel queued without waiting (or held in an adaptive-eager segment).
-#include "native_kernel_parts.h"
-#include "launch.h"
-#include "op_tracking.h"
-#include "profiler.h"
+#include "parts.h"
+#include "../launch.h"
+#include "../op_tracking.h"
+#include "../profiler/profiler.h"
 
 namespace torch_neuronx::native {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "../runtime/runtime.h"
+#include "../../runtime/runtime.h"
 
 namespace torch_neuronx::adaptive {
 

@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "adaptive.h"
-#include "host_aliases.h"
-#include "../runtime/runtime.h"
+#include "../adaptive/adaptive.h"
+#include "../host_aliases.h"
+#include "../../runtime/runtime.h"
 
 namespace torch_neuronx::native {
 

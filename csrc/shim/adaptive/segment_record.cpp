@@ -2,8 +2,8 @@
 // where each tensor comes from), and its entry in the description Python compiles.
 #include <algorithm>
 
-#include "adaptive_parts.h"
-#include "device.h"
+#include "parts.h"
+#include "../device.h"
 
 namespace torch_neuronx::adaptive {
 
