@@ -4,6 +4,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -57,19 +58,20 @@ class PinnedAllocator final : public at::HostAllocator {
   }
   void reset_accumulated_stats() override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (c10::CachingAllocator::Stat* stat :
-         {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
-      stat->reset_accumulated();
+    for (c10::CachingAllocator::Stat* stat : kept()) stat->reset_accumulated();
     stats_.num_host_alloc = stats_.num_host_free = 0;
   }
   void reset_peak_stats() override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (c10::CachingAllocator::Stat* stat :
-         {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes})
-      stat->reset_peak();
+    for (c10::CachingAllocator::Stat* stat : kept()) stat->reset_peak();
   }
 
  private:
+  // The statistics kept (nothing is cached: every block is active).
+  std::array<c10::CachingAllocator::Stat*, 4> kept() {
+    return {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations, &stats_.allocated_bytes};
+  }
+
   static void release(void* ctx) {
     auto* ptr = static_cast<c10::DataPtr*>(ctx);
     {
