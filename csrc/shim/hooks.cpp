@@ -77,13 +77,15 @@ class PinnedAllocator final : public at::HostAllocator {
     {
       auto& self = instance();
       std::lock_guard<std::mutex> lock(self.mu_);
-      auto it = self.pinned_.find(ptr->get());
-      self.stats_.active_requests.decrease(1);
-      self.stats_.active_bytes.decrease(it->second);
-      self.stats_.allocations.decrease(1);
-      self.stats_.allocated_bytes.decrease(it->second);
-      ++self.stats_.num_host_free;
-      self.pinned_.erase(it);
+      // A zero-byte block has no pointer: it was never tracked.
+      if (auto it = self.pinned_.find(ptr->get()); it != self.pinned_.end()) {
+        self.stats_.active_requests.decrease(1);
+        self.stats_.active_bytes.decrease(it->second);
+        self.stats_.allocations.decrease(1);
+        self.stats_.allocated_bytes.decrease(it->second);
+        ++self.stats_.num_host_free;
+        self.pinned_.erase(it);
+      }
     }
     delete ptr;
   }

@@ -436,6 +436,22 @@ def test_the_device_has_a_host_allocator():
     assert done.stdout.split() == ["True", "True", "[1.0,", "2.0,", "3.0,", "4.0,", "5.0,", "6.0]"]
 
 
+def test_an_empty_pinned_tensor_is_freed_cleanly():
+    """A zero-byte pinned block has no pointer (vLLM makes empty pinned buffers): freeing it left
+    the host statistics alone and crashed the process. In a process of its own for that reason."""
+    done = run_py("""
+        import torch, torch_neuronx
+        torch.ones(1, device="neuron")
+        empty = torch.empty(0, pin_memory=True)
+        some = torch.empty(4, pin_memory=True)
+        print(empty.is_pinned(), some.is_pinned())
+        del empty, some
+        print("freed")
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True", "freed"]
+
+
 def test_non_blocking_copy_to_pinned_memory_returns_before_the_queue_drains():
     """As cudaMemcpyAsync into page-locked memory: the copy is queued on the current stream, the
     caller does not wait, and the data is valid once the stream is synchronized (a later write to

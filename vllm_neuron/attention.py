@@ -1,0 +1,184 @@
+"""Paged attention on ``neuron`` tensors: vLLM's attention backend for the neuron platform.
+
+The KV cache of a layer is one device tensor of blocks, ``[num_blocks, block_size, kv_heads,
+2 * head_size]`` in memory (vLLM's ``LBNHC`` layout; keys in the first half of the last axis,
+values in the second). Each step:
+
+- the new tokens' keys and values are written to their slots with one ``index_copy_``;
+- the decode requests (one new token each) attend together: their blocks are gathered through the
+  block table into ``[requests, context, kv_heads, head_size]`` and one
+  ``scaled_dot_product_attention`` call with a length mask reads them;
+- the prefill requests (prompt chunks) attend together the same way, their query rows padded to
+  the longest chunk, with a causal (and sliding-window) mask offset by the tokens already cached.
+
+The metadata builder computes the gather indices and masks once per step on the host (it has the
+sequence lengths there) and copies them to the device; every layer reuses them. The attention
+itself runs through the device's ``scaled_dot_product_attention``, which routes to the kernel
+library's attention kernels where the shapes allow (nki/kernels/sdpa_routing.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+from vllm.v1.kv_cache_interface import KVCacheLayout
+
+
+class NeuronPagedAttentionBackend(AttentionBackend):
+    forward_includes_kv_cache_update: bool = False
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16, torch.float16]
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls() -> type[NeuronPagedAttentionImpl]:
+        return NeuronPagedAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[NeuronPagedAttentionMetadataBuilder]:
+        return NeuronPagedAttentionMetadataBuilder
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple[KVCacheLayout, ...]:
+        return (KVCacheLayout.LBNHC,)
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class RequestGroup:
+    """Requests that attend in one call: the cache blocks each reads, which query rows it has
+    (padded), and which keys each row sees."""
+    blocks: torch.Tensor      # [requests, blocks] int64: block-table rows
+    rows: torch.Tensor        # [requests, max_query_len] int64: the rows of `query` (padding repeats a row)
+    mask: torch.Tensor        # [requests, 1, max_query_len, blocks * block_size] bool
+    tokens: slice             # the group's rows of `query` and `output`
+    real_rows: torch.Tensor   # [tokens] int64: where each of them is in the padded [requests * max_query_len]
+
+
+@dataclass
+class NeuronPagedAttentionMetadata:
+    num_actual_tokens: int
+    slot_mapping: torch.Tensor
+    groups: list[RequestGroup]
+
+
+def _request_group(block_table: torch.Tensor, starts: torch.Tensor, query_lens: torch.Tensor,
+                   seq_lens: torch.Tensor, block_size: int, window: int | None,
+                   device: torch.device) -> RequestGroup:
+    """The gather indices and mask of requests with these (host) query start rows, query lengths
+    and context lengths."""
+    max_query = int(query_lens.max())
+    num_blocks = -(-int(seq_lens.max()) // block_size)
+    row = torch.arange(max_query)
+    real = row[None, :] < query_lens[:, None]                                  # [R, Q]
+    rows = starts[:, None] + torch.where(real, row[None, :], 0)                # padding reads row 0 of its request
+    query_pos = (seq_lens - query_lens)[:, None] + row[None, :]                # [R, Q]: position of each query row
+    key_pos = torch.arange(num_blocks * block_size)
+    mask = (key_pos[None, None, :] <= query_pos[:, :, None]) & (key_pos[None, None, :] < seq_lens[:, None, None])
+    if window is not None:
+        mask &= key_pos[None, None, :] > query_pos[:, :, None] - window
+    mask &= real[:, :, None]
+    mask[:, :, 0] |= ~real                                                     # a padding row sees one key: no NaN
+    first = int(starts[0])
+    return RequestGroup(
+        blocks=block_table[: len(starts), :num_blocks].to(torch.int64),
+        rows=rows.to(device, non_blocking=True),
+        mask=mask[:, None].to(device, non_blocking=True),
+        tokens=slice(first, first + int(query_lens.sum())),
+        real_rows=real.flatten().nonzero().squeeze(1).to(device, non_blocking=True),
+    )
+
+
+class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAttentionMetadata]):
+    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.block_size = kv_cache_spec.block_size
+        self.window = getattr(kv_cache_spec, "sliding_window", None)
+        self._init_reorder_batch_threshold(1)  # decodes first, then prefills
+
+    def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
+              fast_build: bool = False) -> NeuronPagedAttentionMetadata:
+        m = common_attn_metadata
+        n = m.num_reqs
+        starts = m.query_start_loc_cpu[: n + 1].to(torch.int64)
+        seq_lens = m.seq_lens_cpu_upper_bound  # exact without speculative decoding, which is not enabled here
+        seq_lens = (m.seq_lens[:n].cpu() if seq_lens is None else seq_lens[:n]).to(torch.int64)
+        num_decodes, _, _, _ = split_decodes_and_prefills(m, decode_threshold=1)
+        groups = []
+        for lo, hi in ((0, num_decodes), (num_decodes, n)):
+            if hi > lo:
+                table = m.block_table_tensor[lo:hi]
+                groups.append(_request_group(table, starts[lo:hi], starts[lo + 1: hi + 1] - starts[lo:hi],
+                                             seq_lens[lo:hi], self.block_size, self.window, self.device))
+        return NeuronPagedAttentionMetadata(num_actual_tokens=m.num_actual_tokens,
+                                            slot_mapping=m.slot_mapping, groups=groups)
+
+
+class NeuronPagedAttentionImpl(AttentionImpl):
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None = None,
+                 alibi_slopes: list[float] | None = None, sliding_window: int | None = None,
+                 kv_cache_dtype: str = "auto", logits_soft_cap: float | None = None,
+                 attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name: str | None = None,
+                 sinks: torch.Tensor | None = None) -> None:
+        unsupported = [name for name, given in (("ALiBi slopes", alibi_slopes is not None),
+                                                ("a logits soft cap", bool(logits_soft_cap)),
+                                                ("attention sinks", sinks is not None),
+                                                (f"kv_cache_dtype={kv_cache_dtype}", kv_cache_dtype != "auto"))
+                       if given]
+        if unsupported:
+            raise NotImplementedError(f"vllm_neuron: paged attention on neuron does not support "
+                                      f"{', '.join(unsupported)}; serve a model without them")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+
+    @staticmethod
+    def _slots(kv_cache: torch.Tensor) -> torch.Tensor:
+        """The cache as [num_blocks * block_size, kv_heads, 2 * head_size] (a view: LBNHC keeps a
+        block's tokens outermost)."""
+        blocks, heads, block_size, width = kv_cache.shape
+        return kv_cache.permute(0, 2, 1, 3).view(blocks * block_size, heads, width)
+
+    def do_kv_cache_update(self, layer: Any, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                           slot_mapping: torch.Tensor) -> None:
+        n = min(key.shape[0], slot_mapping.shape[0])
+        self._slots(kv_cache).index_copy_(0, slot_mapping[:n].to(torch.int64), torch.cat((key[:n], value[:n]), -1))
+
+    def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                kv_cache: torch.Tensor, attn_metadata: NeuronPagedAttentionMetadata | None, output: torch.Tensor,
+                output_scale: torch.Tensor | None = None,
+                output_block_scale: torch.Tensor | None = None) -> torch.Tensor:
+        if attn_metadata is None:  # vLLM's profiling and dummy runs
+            return output
+        cache = kv_cache.permute(0, 2, 1, 3)  # [blocks, block_size, kv_heads, 2 * head_size]
+        d = self.head_size
+        for group in attn_metadata.groups:
+            requests, max_query = group.rows.shape
+            kv = cache[group.blocks].flatten(1, 2)                   # [R, context, kv_heads, 2D]
+            k = kv[..., :d].transpose(1, 2)
+            v = kv[..., d:].transpose(1, 2)
+            q = query[group.rows].transpose(1, 2)                    # [R, heads, Q, D]
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask, scale=self.scale,
+                                               enable_gqa=self.num_heads != self.num_kv_heads)
+            o = o.transpose(1, 2).reshape(requests * max_query, self.num_heads, d)
+            output[group.tokens] = o.index_select(0, group.real_rows).view_as(output[group.tokens])
+        return output
