@@ -34,16 +34,17 @@ FAMILIES = {
                                      "shared_expert_intermediate_size": 64}),
     "gemma": ("GemmaConfig", {"hidden_activation": "gelu_pytorch_tanh"}),
 }
-SERVING_VOCAB = 128
+CHARACTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;?!'\"-()\n"
 
 
 def char_tokenizer() -> Any:
-    """One token per character of lowercase text, digits and punctuation, with a chat template."""
+    """One token per character (letters, digits, punctuation), with a chat template: every id of a
+    model with ``vocab_size=len(tokenizer)`` decodes to text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     specials = ["<pad>", "<s>", "</s>", "<unk>"]
-    chars = list("abcdefghijklmnopqrstuvwxyz0123456789 .,:?!'\n")
-    raw = Tokenizer(models.WordLevel({tok: i for i, tok in enumerate(specials + chars)}, unk_token="<unk>"))
+    raw = Tokenizer(models.WordLevel({tok: i for i, tok in enumerate(specials + list(CHARACTERS))},
+                                     unk_token="<unk>"))
     raw.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     raw.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", bos_token="<s>",
@@ -58,12 +59,13 @@ def save_tiny_causal_lm(directory: Any, family: str = "llama", seed: int = 0, **
     (``save_pretrained``), as a model directory vLLM and Transformers load without the hub."""
     import transformers
     config_name, extra = FAMILIES[family]
+    tokenizer = char_tokenizer()
     config = getattr(transformers, config_name)(**{**dict(
-        vocab_size=SERVING_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False), **extra, **overrides})
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.save_pretrained(directory)
-    char_tokenizer().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
     return directory
