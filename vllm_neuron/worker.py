@@ -59,7 +59,7 @@ class NeuronWorker(Worker):
             logger.warning(
                 "vllm_neuron: the KV cache would take %s GiB of neuron:%d's %s GiB, but the simulator "
                 "keeps device memory in host memory and the host has %s GiB available; using %s GiB. "
-                "Set --kv-cache-memory-bytes (or TORCH_NEURONX_SIM_HBM_BYTES for a smaller core) to "
+                "Set --kv-cache-memory-bytes (or TORCH_NEURONX_SIM_CONF=hbm_bytes:N for a smaller core) to "
                 "choose the size.", format_gib(available), self.device.index,
                 format_gib(self.init_snapshot.total_memory), format_gib(2 * host), format_gib(host))
             available = host

@@ -33,15 +33,20 @@ GREEDY = dict(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=1)
 
 
 def run_vllm(model: Path, batches: list[dict], device: str = "neuron", timeout: float = 600,
-             **engine) -> dict:
-    """Run the driver with `batches` ({"prompts", "sampling"[, "fault"]}) on `device`; its report."""
+             env: dict | None = None, fails: bool = False, **engine) -> dict | str:
+    """Run the driver with `batches` ({"prompts", "sampling"[, "fault"]}) on `device` with `env`
+    added; its report, or with `fails` its error output (the run must fail)."""
     plan = Path(model).parent / f"plan-{os.getpid()}-{abs(hash(json.dumps(batches))) % 10**8}.json"
     plan.write_text(json.dumps({"model": str(model), "engine": {**ENGINE, **engine}, "batches": batches}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX_", "VLLM_"))}
-    env.update(BASE_ENV)
-    env.update(CPU_ENV if device == "cpu" else {"TORCH_NEURONX_STRICT_FALLBACK": "1"})
-    done = subprocess.run([sys.executable, str(DRIVER), str(plan)], env=env, capture_output=True, text=True,
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_NEURONX_", "VLLM_"))}
+    full.update(BASE_ENV)
+    full.update(CPU_ENV if device == "cpu" else {"TORCH_NEURONX_STRICT_FALLBACK": "1"})
+    full.update(env or {})
+    done = subprocess.run([sys.executable, str(DRIVER), str(plan)], env=full, capture_output=True, text=True,
                           timeout=timeout)
+    if fails:
+        assert done.returncode != 0, done.stdout[-3000:]
+        return done.stderr
     results = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and results, f"vLLM on {device} failed:\n{done.stderr[-6000:]}"
     report = json.loads(results[-1][len("RESULT "):])
