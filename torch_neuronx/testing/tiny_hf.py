@@ -26,11 +26,11 @@ def tiny_llama(seed: int = 0, **overrides: Any) -> Any:
 # and 2 KV heads: vLLM's CPU build (the baseline) needs head sizes >= 32.
 FAMILIES = {
     "llama": ("LlamaConfig", {}),
-    "qwen2": ("Qwen2Config", {}),
+    "qwen2": ("Qwen2Config", {"hidden_size": 128}),  # no head_dim argument: hidden / heads
     "qwen3": ("Qwen3Config", {}),
     "mistral": ("MistralConfig", {"sliding_window": 24}),
     "mixtral": ("MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2}),
-    "qwen2_moe": ("Qwen2MoeConfig", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+    "qwen2_moe": ("Qwen2MoeConfig", {"hidden_size": 128, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                                      "shared_expert_intermediate_size": 64}),
     "gemma": ("GemmaConfig", {"hidden_activation": "gelu_pytorch_tanh"}),
 }
