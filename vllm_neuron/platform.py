@@ -28,8 +28,11 @@ class NeuronPlatform(Platform):
     # vLLM registers its custom ops (torch.ops.vllm.*) for this key; "CPU" would send them on
     # neuron tensors to the device's CPU fallback.
     dispatch_key: str = "PrivateUse1"
-    dist_backend: str = "gloo"
-    simple_compile_backend: str = "neuron"
+    # c10d: neuron tensors through the neuron backend (tensor-parallel collectives), CPU ones through Gloo.
+    dist_backend: str = "cpu:gloo,neuron:neuron"
+    # vLLM compiles a few helpers with dynamic shapes (torch.compile(dynamic=True, backend=this), the
+    # tensor-parallel embedding's vocabulary mask); neuron executables are static, so they run eagerly.
+    simple_compile_backend: str = "eager"
     device_control_env_var: str = "NEURON_RT_VISIBLE_CORES"
     ray_device_key: str = "neuron_cores"
 

@@ -30,6 +30,8 @@ PROMPTS = ["hello world", "a", "the quick brown fox jumps over the lazy dog",
            "a wizard's job is to vex chumps quickly in fog", "quick zephyrs blow, vexing daft jim",
            "we promptly judged antique ivory buckles for the next prize"]
 GREEDY = dict(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=1)
+# A single request, then all prompts at once: the runs most tests compare.
+GREEDY_BATCHES = [{"prompts": PROMPTS[:1], "sampling": GREEDY}, {"prompts": PROMPTS, "sampling": GREEDY}]
 
 
 def run_vllm(model: Path, batches: list[dict], device: str = "neuron", timeout: float = 600,
@@ -70,3 +72,14 @@ def model_dirs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def llama(model_dirs) -> Path:
     return model_dirs["llama"]
+
+
+@pytest.fixture(scope="session")
+def cpu_greedy(llama) -> dict:
+    """vLLM's CPU build on GREEDY_BATCHES: the baseline."""
+    return run_vllm(llama, GREEDY_BATCHES, device="cpu")
+
+
+def completions(report: dict, batch: int) -> list[dict]:
+    """The completions of a batch, in prompt order (n of them per prompt)."""
+    return [out for request in report["batches"][batch]["outputs"] for out in request["outputs"]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import GREEDY, PROMPTS, run_vllm
+from conftest import GREEDY, PROMPTS, completions, run_vllm
 
 FAMILIES = [pytest.param("mixtral"),
             *(pytest.param(f, marks=pytest.mark.slow) for f in ("qwen2", "qwen3", "mistral", "qwen2_moe", "gemma"))]
@@ -16,7 +16,7 @@ FAMILIES = [pytest.param("mixtral"),
 def test_the_family_gives_the_cpu_builds_tokens(model_dirs, family):
     batches = [{"prompts": PROMPTS, "sampling": GREEDY}]
     neuron, cpu = run_vllm(model_dirs[family], batches), run_vllm(model_dirs[family], batches, device="cpu")
-    got, expected = ([out for r in report["batches"][0]["outputs"] for out in r["outputs"]] for report in (neuron, cpu))
+    got, expected = completions(neuron, 0), completions(cpu, 0)
     assert [c["token_ids"] for c in got] == [c["token_ids"] for c in expected]
     torch.testing.assert_close(torch.tensor([c["logprobs"] for c in got]),
                                torch.tensor([c["logprobs"] for c in expected]))

@@ -6,34 +6,29 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from conftest import GREEDY, PROMPTS, run_vllm
-
-BATCHES = [{"prompts": PROMPTS[:1], "sampling": GREEDY}, {"prompts": PROMPTS, "sampling": GREEDY}]
+from conftest import GREEDY, GREEDY_BATCHES, PROMPTS, completions, run_vllm
 
 
 @pytest.fixture(scope="module")
-def greedy(llama):
+def greedy(llama, cpu_greedy):
     """The same single request and batch of 16 on neuron and on the CPU build."""
-    return run_vllm(llama, BATCHES), run_vllm(llama, BATCHES, device="cpu")
-
-
-def completions(report: dict) -> list[list[dict]]:
-    return [[out for request in batch["outputs"] for out in request["outputs"]] for batch in report["batches"]]
+    return run_vllm(llama, GREEDY_BATCHES), cpu_greedy
 
 
 def test_greedy_decoding_gives_the_cpu_builds_tokens(greedy):
     neuron, cpu = greedy
-    for got, expected in zip(completions(neuron), completions(cpu)):
+    for batch in range(2):
+        got, expected = completions(neuron, batch), completions(cpu, batch)
         assert [c["token_ids"] for c in got] == [c["token_ids"] for c in expected]
         assert [c["text"] for c in got] == [c["text"] for c in expected]
-    assert [len(c["token_ids"]) for c in completions(neuron)[1]] == [GREEDY["max_tokens"]] * len(PROMPTS)
+    assert [len(c["token_ids"]) for c in completions(neuron, 1)] == [GREEDY["max_tokens"]] * len(PROMPTS)
 
 
 def test_logprobs_match_the_cpu_build_within_fp32_tolerance(greedy):
     neuron, cpu = greedy
-    for got, expected in zip(completions(neuron), completions(cpu)):
-        torch.testing.assert_close(torch.tensor([c["logprobs"] for c in got]),
-                                   torch.tensor([c["logprobs"] for c in expected]))
+    for batch in range(2):
+        torch.testing.assert_close(torch.tensor([c["logprobs"] for c in completions(neuron, batch)]),
+                                   torch.tensor([c["logprobs"] for c in completions(cpu, batch)]))
 
 
 def test_weights_and_kv_cache_live_in_neuron_memory(greedy, llama):

@@ -12,7 +12,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import BASE_ENV, GREEDY, PROMPTS, run_vllm
+from conftest import BASE_ENV, GREEDY, PROMPTS, completions
 
 import helpers
 
@@ -66,10 +66,9 @@ def model_name(client):
 
 
 @pytest.fixture(scope="module")
-def cpu_build(llama):
+def cpu_build(cpu_greedy):
     """The CPU build's greedy texts of the prompts (offline)."""
-    report = run_vllm(llama, [{"prompts": PROMPTS, "sampling": GREEDY}], device="cpu")
-    return [request["outputs"][0]["text"] for request in report["batches"][0]["outputs"]]
+    return [c["text"] for c in completions(cpu_greedy, 1)]
 
 
 def complete(client, model_name, prompt, **options):

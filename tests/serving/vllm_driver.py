@@ -17,7 +17,13 @@ def kv_report(worker) -> dict:
               "kv_bytes": sum(t.untyped_storage().nbytes() for t in {t.untyped_storage().data_ptr(): t
                                                                        for t in caches}.values())}
     if worker.device.type == "neuron":
+        import torch.distributed as dist
+        from vllm.distributed.parallel_state import get_tp_group
+
         import torch_neuronx
+        tp = get_tp_group()
+        report.update(tp_size=tp.world_size, tp_backend=dist.get_backend(tp.device_group),
+                      tp_device_backend=type(tp.device_group._get_backend(worker.device)).__name__)
         stats = torch.neuron.memory_stats(worker.device)
         report.update(allocated=stats["allocated_bytes.all.current"], fallbacks=torch_neuronx.get_fallback_ops(),
                       capacity=torch.neuron.mem_get_info(worker.device)[1])
