@@ -76,6 +76,7 @@ class RequestGroup:
 @dataclass
 class NeuronPagedAttentionMetadata:
     num_actual_tokens: int
+    num_real_tokens: int  # the scheduled tokens; the rest up to num_actual_tokens pad a bucket
     slot_mapping: torch.Tensor
     groups: list[RequestGroup]
 
@@ -128,7 +129,7 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
                 table = m.block_table_tensor[lo:hi]
                 groups.append(_request_group(table, starts[lo:hi], starts[lo + 1: hi + 1] - starts[lo:hi],
                                              seq_lens[lo:hi], self.block_size, self.window, self.device))
-        return NeuronPagedAttentionMetadata(num_actual_tokens=m.num_actual_tokens,
+        return NeuronPagedAttentionMetadata(num_actual_tokens=m.num_actual_tokens, num_real_tokens=int(starts[-1]),
                                             slot_mapping=m.slot_mapping, groups=groups)
 
 
@@ -160,8 +161,11 @@ class NeuronPagedAttentionImpl(AttentionImpl):
 
     def do_kv_cache_update(self, layer: Any, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
                            slot_mapping: torch.Tensor) -> None:
+        """Write the step's keys and values to their slots. Padding tokens (slot -1, a compiled
+        model's bucket) write to slot 0, in vLLM's null block, which no request reads."""
         n = min(key.shape[0], slot_mapping.shape[0])
-        self._slots(kv_cache).index_copy_(0, slot_mapping[:n].to(torch.int64), torch.cat((key[:n], value[:n]), -1))
+        slots = slot_mapping[:n].to(torch.int64).clamp(min=0)
+        self._slots(kv_cache).index_copy_(0, slots, torch.cat((key[:n], value[:n]), -1))
 
     def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: NeuronPagedAttentionMetadata | None, output: torch.Tensor,
@@ -170,6 +174,7 @@ class NeuronPagedAttentionImpl(AttentionImpl):
         if attn_metadata is None:  # vLLM's profiling and dummy runs
             return output
         cache = kv_cache.permute(0, 2, 1, 3)  # [blocks, block_size, kv_heads, 2 * head_size]
+        output[attn_metadata.num_real_tokens:] = 0  # padding rows: finite values into the next layer
         d = self.head_size
         for group in attn_metadata.groups:
             requests, max_query = group.rows.shape

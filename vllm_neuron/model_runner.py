@@ -7,13 +7,17 @@ is given here in terms of ``torch.neuron``. vLLM's CPU runner cannot serve as th
 replaces every device buffer with its host copy."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
+from vllm.config import CompilationMode
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+from vllm_neuron.compiler import bucket_for
 
 
 @contextmanager
@@ -35,6 +39,16 @@ class NeuronModelRunner(GPUModelRunner):
     def __init__(self, vllm_config: Any, device: torch.device) -> None:
         with cuda_names_on_neuron():
             super().__init__(vllm_config, device)
+        compilation = vllm_config.compilation_config
+        self.token_buckets = compilation.compile_sizes if compilation.mode == CompilationMode.VLLM_COMPILE else None
+
+    def _determine_batch_execution_and_padding(self, num_tokens: int, *args: Any, **kwargs: Any) -> Any:
+        """A compiled model pads the step's tokens up to its bucket (vllm_neuron/compiler.py): the
+        padding tokens write their keys to the null block and their outputs are dropped."""
+        mode, batch, *rest = super()._determine_batch_execution_and_padding(num_tokens, *args, **kwargs)
+        if self.token_buckets:
+            batch = dataclasses.replace(batch, num_tokens=bucket_for(batch.num_tokens, self.token_buckets))
+        return (mode, batch, *rest)
 
     def _init_kv_zero_meta(self) -> None:
         """Nothing to precompute: blocks are zeroed with one fill per KV cache tensor (the base

@@ -103,9 +103,32 @@ class NeuronPlatform(Platform):
         compilation = vllm_config.compilation_config
         compilation.cudagraph_mode = CUDAGraphMode.NONE
         compilation.cudagraph_capture_sizes = []
-        compilation.mode = CompilationMode.NONE
+        if vllm_config.model_config is not None and vllm_config.model_config.enforce_eager:
+            compilation.mode = CompilationMode.NONE
+        else:
+            # vLLM's own compilation (VLLM_COMPILE): the graph is split at the attention ops, which
+            # run eagerly between the pieces, and the neuron backend compiles each piece for each
+            # token bucket (vllm_neuron/compiler.py).
+            from vllm_neuron.compiler import token_buckets
+            if compilation.backend != "eager":
+                compilation.backend = cls.get_compile_backend()
+            compilation.compile_sizes = token_buckets(vllm_config)
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")  # it serializes Inductor's output
+            # vLLM's fusion passes rewrite the graph into its CUDA kernels (quantization, all-reduce,
+            # RoPE + KV cache); Inductor fuses the pieces' torch operators itself.
+            for name in vars(compilation.pass_config):
+                if name.startswith("fuse_") or name == "enable_qk_norm_rope_fusion":
+                    setattr(compilation.pass_config, name, False)
         # The simulated runtime refuses to run in a forked child (torch.neuron._check_not_forked).
         os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+
+    @classmethod
+    def get_compile_backend(cls) -> str:
+        return "vllm_neuron.compiler.NeuronCompiler"
+
+    @classmethod
+    def opaque_attention_op(cls) -> bool:
+        return True  # attention is a custom op (torch.ops.vllm.unified_attention_with_output) in compiled graphs
 
     @classmethod
     def register_triton_kernel_overrides(cls) -> None:
