@@ -26,7 +26,8 @@ def kv_report(worker) -> dict:
                       tp_device_backend=type(tp.device_group._get_backend(worker.device)).__name__)
         stats = torch.neuron.memory_stats(worker.device)
         compiled = torch_neuronx.get_dynamo_metrics()
-        report.update(executables=compiled["executables_compiled"], recompilations=compiled["recompilations"])
+        report.update(executables=compiled["executables_compiled"] + compiled["cache_hits"],  # built or loaded
+                      recompilations=compiled["recompilations"])
         report.update(allocated=stats["allocated_bytes.all.current"], fallbacks=torch_neuronx.get_fallback_ops(),
                       capacity=torch.neuron.mem_get_info(worker.device)[1])
     return report
