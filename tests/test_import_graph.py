@@ -1,4 +1,4 @@
-"""Imports point downwards: the import graph of torch_neuronx and nki, built from the source
+"""Imports point downwards: the import graph of torch_neuronx, nki and vllm_neuron, built from the source
 (every import statement, deferred ones inside functions included), has no cycle.
 
 Importing a module first imports the packages it lies in: ``from torch_neuronx import _C`` in
@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("torch_neuronx", "nki")
+PACKAGES = ("torch_neuronx", "nki", "vllm_neuron")
 EXTENSION = "torch_neuronx._C"  # compiled: a leaf
 
 
@@ -102,6 +102,15 @@ def test_a_module_depends_on_the_packages_it_lies_in():
     graph = import_graph()
     assert "torch_neuronx" in graph["nki.device"]  # from torch_neuronx import _C runs the package
     assert "torch_neuronx" not in graph["torch_neuronx.ops.registration"]  # its own package
+
+
+def test_the_vllm_plugin_is_the_top_layer():
+    """vllm_neuron uses the device and the kernel library; nothing below imports it (or vLLM)."""
+    graph = import_graph()
+    assert "torch_neuronx.compile.backend" in graph["vllm_neuron.compiler"]
+    below = [m for m, deps in graph.items() if not m.startswith("vllm_neuron") and
+             any(d.startswith("vllm_neuron") for d in deps)]
+    assert below == []
 
 
 def test_the_cycle_finder_finds_a_cycle():

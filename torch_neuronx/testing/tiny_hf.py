@@ -30,8 +30,8 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", {}),
     "mistral": ("MistralConfig", {"sliding_window": 24}),
     "mixtral": ("MixtralConfig", {"num_local_experts": 4, "num_experts_per_tok": 2}),
-    "qwen2_moe": ("Qwen2MoeConfig", {"hidden_size": 128, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
-                                     "shared_expert_intermediate_size": 64}),
+    "qwen2_moe": ("Qwen2MoeConfig", {"hidden_size": 128, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64}),
     "gemma": ("GemmaConfig", {"hidden_activation": "gelu_pytorch_tanh"}),
 }
 CHARACTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;?!'\"-()\n"
