@@ -10,7 +10,7 @@ NAME = re.compile(r"""["'`]((?:NEURON|TORCH_NEURONX)_[A-Z0-9_]+)["'`]""")
 
 
 def read_by_the_code() -> set[str]:
-    sources = [p for d in ("torch_neuronx", "nki", "csrc") for p in (ROOT / d).rglob("*")
+    sources = [p for d in ("torch_neuronx", "nki", "vllm_neuron", "csrc") for p in (ROOT / d).rglob("*")
                if p.suffix in (".py", ".cpp", ".h")]
     return {name for p in sources for name in NAME.findall(p.read_text())}
 

@@ -77,7 +77,7 @@ class NeuronPlatform(Platform):
         if attn_selector_config.use_mla or attn_selector_config.use_sparse:
             raise NotImplementedError("vllm_neuron: MLA and sparse attention are not supported on neuron; "
                                       "serve a model with standard multi-head or grouped-query attention")
-        if selected_backend is not None and selected_backend.name not in ("CUSTOM", "NEURON_PAGED"):
+        if selected_backend is not None and selected_backend.name != "CUSTOM":
             logger.warning("vllm_neuron: attention backend %s is not available on neuron; using the paged "
                            "attention backend of the neuron platform", selected_backend.name)
         return "vllm_neuron.attention.NeuronPagedAttentionBackend"
