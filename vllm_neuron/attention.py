@@ -174,16 +174,21 @@ class NeuronPagedAttentionImpl(AttentionImpl):
         if attn_metadata is None:  # vLLM's profiling and dummy runs
             return output
         cache = kv_cache.permute(0, 2, 1, 3)  # [blocks, block_size, kv_heads, 2 * head_size]
-        output[attn_metadata.num_real_tokens:] = 0  # padding rows: finite values into the next layer
+        if attn_metadata.num_real_tokens < output.shape[0]:
+            output[attn_metadata.num_real_tokens:] = 0  # padding rows: finite values into the next layer
         d = self.head_size
         for group in attn_metadata.groups:
             requests, max_query = group.rows.shape
             kv = cache[group.blocks].flatten(1, 2)                   # [R, context, kv_heads, 2D]
             k = kv[..., :d].transpose(1, 2)
             v = kv[..., d:].transpose(1, 2)
-            q = query[group.rows].transpose(1, 2)                    # [R, heads, Q, D]
+            # Decodes (one row each) are consecutive rows: a view, where prefill chunks are gathered.
+            q = query[group.tokens, :, None] if max_query == 1 else query[group.rows].transpose(1, 2)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask, scale=self.scale,
                                                enable_gqa=self.num_heads != self.num_kv_heads)
-            o = o.transpose(1, 2).reshape(requests * max_query, self.num_heads, d)
-            output[group.tokens] = o.index_select(0, group.real_rows).view_as(output[group.tokens])
+            if max_query == 1:
+                output[group.tokens] = o.view_as(output[group.tokens])
+            else:
+                o = o.transpose(1, 2).reshape(requests * max_query, self.num_heads, d)
+                output[group.tokens] = o.index_select(0, group.real_rows).view_as(output[group.tokens])
         return output
