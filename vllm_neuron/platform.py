@@ -115,7 +115,7 @@ class NeuronPlatform(Platform):
             compilation.compile_sizes = token_buckets(vllm_config)
             os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")  # it serializes Inductor's output
             # vLLM's fusion passes rewrite the graph into its CUDA kernels (quantization, all-reduce,
-            # RoPE + KV cache); Inductor fuses the pieces' torch operators itself.
+            # RoPE + KV cache); the neuron backend (Inductor underneath) fuses the pieces' operators.
             for name in vars(compilation.pass_config):
                 if name.startswith("fuse_") or name == "enable_qk_norm_rope_fusion":
                     setattr(compilation.pass_config, name, False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import signal
 import threading
 import time
 
@@ -236,13 +237,19 @@ def test_ctrl_c_during_a_graph_on_the_main_thread_interrupts_the_caller():
     for _ in range(2):  # compiles and records; then the graph runs on this thread
         torch.neuron.synchronize()
         long_graph(a, w).cpu()
+    # Ctrl-C as Python handles it by default (a library imported earlier in the process may have
+    # installed its own handler); restored after.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     deadline = time.monotonic() + 30  # calls until the interrupt; a lost one ends the loop, failing
-    with pytest.raises(KeyboardInterrupt):
-        while time.monotonic() < deadline:
-            long_graph(a, w)
-    timer.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            while time.monotonic() < deadline:
+                long_graph(a, w)
+    finally:
+        timer.join()
+        signal.signal(signal.SIGINT, previous)
     drain_errors()  # an interrupted kernel failed: its error is deferred like any other
     torch.testing.assert_close(long_graph(a, w).cpu(), long_graph_cpu(a_cpu, w_cpu))
 
