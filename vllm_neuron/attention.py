@@ -67,16 +67,16 @@ class RequestGroup:
     """Requests that attend in one call: the cache blocks each reads, which query rows it has
     (padded), and which keys each row sees."""
     blocks: torch.Tensor      # [requests, blocks] int64: block-table rows
-    rows: torch.Tensor        # [requests, max_query_len] int64: the rows of `query` (padding repeats a row)
     mask: torch.Tensor        # [requests, 1, max_query_len, blocks * block_size] bool
     tokens: slice             # the group's rows of `query` and `output`
-    real_rows: torch.Tensor   # [tokens] int64: where each of them is in the padded [requests * max_query_len]
+    # Prefill chunks only (decodes read their consecutive rows as a view):
+    rows: torch.Tensor | None       # [requests, max_query_len] int64: rows of `query` (padding repeats a row)
+    real_rows: torch.Tensor | None  # [tokens] int64: where each is in the padded [requests * max_query_len]
 
 
 @dataclass
 class NeuronPagedAttentionMetadata:
-    num_actual_tokens: int
-    num_real_tokens: int  # the scheduled tokens; the rest up to num_actual_tokens pad a bucket
+    num_real_tokens: int  # the scheduled tokens; the rest of the step's rows pad a bucket
     slot_mapping: torch.Tensor
     groups: list[RequestGroup]
 
@@ -99,12 +99,13 @@ def _request_group(block_table: torch.Tensor, starts: torch.Tensor, query_lens: 
     mask &= real[:, :, None]
     mask[:, :, 0] |= ~real                                                     # a padding row sees one key: no NaN
     first = int(starts[0])
+    prefill = max_query > 1
     return RequestGroup(
         blocks=block_table[: len(starts), :num_blocks].to(torch.int64),
-        rows=rows.to(device, non_blocking=True),
         mask=mask[:, None].to(device, non_blocking=True),
         tokens=slice(first, first + int(query_lens.sum())),
-        real_rows=real.flatten().nonzero().squeeze(1).to(device, non_blocking=True),
+        rows=rows.to(device, non_blocking=True) if prefill else None,
+        real_rows=real.flatten().nonzero().squeeze(1).to(device, non_blocking=True) if prefill else None,
     )
 
 
@@ -129,8 +130,8 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
                 table = m.block_table_tensor[lo:hi]
                 groups.append(_request_group(table, starts[lo:hi], starts[lo + 1: hi + 1] - starts[lo:hi],
                                              seq_lens[lo:hi], self.block_size, self.window, self.device))
-        return NeuronPagedAttentionMetadata(num_actual_tokens=m.num_actual_tokens, num_real_tokens=int(starts[-1]),
-                                            slot_mapping=m.slot_mapping, groups=groups)
+        return NeuronPagedAttentionMetadata(num_real_tokens=int(starts[-1]), slot_mapping=m.slot_mapping,
+                                            groups=groups)
 
 
 class NeuronPagedAttentionImpl(AttentionImpl):
@@ -178,15 +179,15 @@ class NeuronPagedAttentionImpl(AttentionImpl):
             output[attn_metadata.num_real_tokens:] = 0  # padding rows: finite values into the next layer
         d = self.head_size
         for group in attn_metadata.groups:
-            requests, max_query = group.rows.shape
+            requests, _, max_query, _ = group.mask.shape
             kv = cache[group.blocks].flatten(1, 2)                   # [R, context, kv_heads, 2D]
             k = kv[..., :d].transpose(1, 2)
             v = kv[..., d:].transpose(1, 2)
             # Decodes (one row each) are consecutive rows: a view, where prefill chunks are gathered.
-            q = query[group.tokens, :, None] if max_query == 1 else query[group.rows].transpose(1, 2)
+            q = query[group.tokens, :, None] if group.rows is None else query[group.rows].transpose(1, 2)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask, scale=self.scale,
                                                enable_gqa=self.num_heads != self.num_kv_heads)
-            if max_query == 1:
+            if group.rows is None:
                 output[group.tokens] = o.view_as(output[group.tokens])
             else:
                 o = o.transpose(1, 2).reshape(requests * max_query, self.num_heads, d)
