@@ -69,12 +69,12 @@ adaptive.configure_from_environment()
 from . import utils  # noqa: E402
 from .neuron import *  # noqa: E402,F401,F403
 from .ops.custom_op import nki_op  # noqa: E402
-from .ops.registration import set_strict_fallback  # noqa: E402
+from .ops.registration import register_cpu_kernel, set_strict_fallback  # noqa: E402
 from .ops.tracking import clear_op_tracking, get_executed_ops, get_fallback_ops  # noqa: E402
 
 __all__ = [  # noqa: F405
     *neuron.__all__, "get_executed_ops", "get_fallback_ops", "clear_op_tracking",
-    "set_strict_fallback", "nki_op", "get_dynamo_metrics", "reset_dynamo_metrics", "utils",
+    "set_strict_fallback", "register_cpu_kernel", "nki_op", "get_dynamo_metrics", "reset_dynamo_metrics", "utils",
     "set_eager_mode", "get_eager_mode", "eager_mode", "get_adaptive_metrics",
 ]
 

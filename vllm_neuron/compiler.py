@@ -21,6 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from vllm.compilation.compiler_interface import CompilerInterface
 
 from torch_neuronx.compile.backend import neuron_backend
+from vllm_neuron.options import neuron_option
 
 SMALLEST_BUCKET = 16
 
@@ -39,7 +40,7 @@ def token_buckets(vllm_config: Any) -> list[int]:
     (the published plugin's option), else default_buckets; the largest is at least
     max_num_batched_tokens, the most one step schedules."""
     limit = vllm_config.scheduler_config.max_num_batched_tokens
-    given = ((vllm_config.additional_config or {}).get("neuron_config") or {}).get("num_batched_tokens_buckets")
+    given = neuron_option(vllm_config, "num_batched_tokens_buckets")
     if not given:
         return default_buckets(limit)
     buckets = sorted({int(b) for b in given})

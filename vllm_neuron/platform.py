@@ -80,6 +80,23 @@ class NeuronPlatform(Platform):
         if selected_backend is not None and selected_backend.name != "CUSTOM":
             logger.warning("vllm_neuron: attention backend %s is not available on neuron; using the paged "
                            "attention backend of the neuron platform", selected_backend.name)
+        from vllm.config import get_current_vllm_config
+
+        from vllm_neuron import cpu_kernels
+        from vllm_neuron.kernel_attention import NeuronKernelAttentionBackend
+        from vllm_neuron.options import neuron_option
+        choice = neuron_option(get_current_vllm_config(), "attention", "paged_kernel")
+        if choice not in ("paged_kernel", "sdpa"):
+            raise ValueError(f"vllm_neuron: neuron_config attention={choice!r}; use 'paged_kernel' or 'sdpa'")
+        head_size, block_size = attn_selector_config.head_size, attn_selector_config.block_size or DEFAULT_BLOCK_SIZE
+        kernel_fits = head_size in NeuronKernelAttentionBackend.get_supported_head_sizes() and block_size % 32 == 0
+        if choice == "paged_kernel" and cpu_kernels.available() and kernel_fits:
+            return "vllm_neuron.kernel_attention.NeuronKernelAttentionBackend"
+        if choice == "paged_kernel":
+            logger.info("vllm_neuron: paged attention through block gathers and SDPA (vLLM's paged-attention "
+                        "kernel needs its CPU build, head sizes %s and blocks of a multiple of 32 tokens; here "
+                        "head size %d, block size %d)", NeuronKernelAttentionBackend.get_supported_head_sizes(),
+                        head_size, block_size)
         return "vllm_neuron.attention.NeuronPagedAttentionBackend"
 
     @classmethod
@@ -129,6 +146,13 @@ class NeuronPlatform(Platform):
     @classmethod
     def opaque_attention_op(cls) -> bool:
         return True  # attention is a custom op (torch.ops.vllm.unified_attention_with_output) in compiled graphs
+
+    @classmethod
+    def import_kernels(cls) -> None:
+        """vLLM's C++ kernels built for this host's instruction set, as its CPU platform picks them:
+        the simulated core runs some of them (vllm_neuron/cpu_kernels.py)."""
+        from vllm.platforms.cpu import CpuPlatform
+        CpuPlatform.import_kernels()
 
     @classmethod
     def register_triton_kernel_overrides(cls) -> None:

@@ -43,8 +43,14 @@ def test_a_device_fault_in_a_forward_fails_the_request_and_does_not_hang(llama):
     """A kernel of the attention fails on the device (the simulator's fault injection) during the
     second batch: generate() raises the device's error instead of waiting forever."""
     batches = [{"prompts": PROMPTS[:2], "sampling": GREEDY},
-               {"prompts": PROMPTS[:4], "sampling": GREEDY, "fault": "aten::index_select"}]
+               {"prompts": PROMPTS[:4], "sampling": GREEDY, "fault": "_C::cpu_attention_with_kv_cache"}]
     report = run_vllm(llama, batches, timeout=300)
     assert "outputs" in report["batches"][0]
     error = report["batches"][1]["error"]
-    assert "index_select" in error and "neuron" in error, error
+    assert "cpu_attention_with_kv_cache" in error and "neuron" in error, error
+
+
+def test_an_unknown_plugin_option_is_a_start_up_error_listing_the_options(llama):
+    error = run_vllm(llama, [], fails=True, additional_config={"neuron_config": {"attension": "sdpa"}})
+    assert "unknown neuron_config option(s) ['attension']" in error and "num_batched_tokens_buckets" in error, \
+        error[-3000:]

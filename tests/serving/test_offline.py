@@ -8,11 +8,17 @@ import torch
 import transformers
 from conftest import GREEDY, GREEDY_BATCHES, PROMPTS, completions, run_vllm
 
+# neuron_config attention -> the backend it selects (vLLM's paged-attention kernel is the default).
+ATTENTION = {"paged_kernel": "NeuronKernelAttentionBackend", "sdpa": "NeuronPagedAttentionBackend"}
 
-@pytest.fixture(scope="module")
-def greedy(llama, cpu_greedy):
-    """The same single request and batch of 16 on neuron and on the CPU build."""
-    return run_vllm(llama, GREEDY_BATCHES), cpu_greedy
+
+@pytest.fixture(scope="module", params=list(ATTENTION))
+def greedy(request, llama, cpu_greedy):
+    """The same single request and batch of 16 on neuron (with each attention backend) and on the CPU build."""
+    config = {"additional_config": {"neuron_config": {"attention": request.param}}}
+    report = run_vllm(llama, GREEDY_BATCHES, **(config if request.param != "paged_kernel" else {}))
+    assert report["workers"][0]["attention"] == [ATTENTION[request.param]]
+    return report, cpu_greedy
 
 
 def test_greedy_decoding_gives_the_cpu_builds_tokens(greedy):

@@ -3,43 +3,54 @@ chunked prefill, and the sampling parameters users set (stop strings, max_tokens
 sampling with temperature, top-p and top-k), each against a plain run or vLLM's CPU build."""
 from __future__ import annotations
 
+import pytest
 from conftest import GREEDY, PROMPTS, run_vllm
 
 LONG = dict(GREEDY, max_tokens=48)
 BLOCK_BYTES = 2 * 32 * 2 * 64 * 4  # a block of the tiny Llama's cache: 2 layers x 32 slots x 2 heads x (K, V) x fp32
 
 
+# vLLM's paged-attention kernel (the default) and, in the slow suite, the SDPA backend.
+ATTENTION = [pytest.param({}, id="paged_kernel"),
+             pytest.param({"additional_config": {"neuron_config": {"attention": "sdpa"}}}, marks=pytest.mark.slow,
+                          id="sdpa")]
+
+
 def token_ids(report: dict, batch: int = 0) -> list[list[int]]:
     return [[out["token_ids"] for out in request["outputs"]] for request in report["batches"][batch]["outputs"]]
 
 
-def test_a_full_kv_cache_preempts_requests_and_every_request_finishes_intact(llama):
+@pytest.mark.parametrize("attention", ATTENTION)
+def test_a_full_kv_cache_preempts_requests_and_every_request_finishes_intact(llama, attention):
     """16 requests of up to 118 tokens in 8 blocks of 32 slots: the scheduler preempts and later
     recomputes requests; all finish with the tokens of a run with room for all."""
     batches = [{"prompts": PROMPTS, "sampling": LONG}]
-    roomy = run_vllm(llama, batches, max_model_len=128)
+    roomy = run_vllm(llama, batches, max_model_len=128, **attention)
     tight = run_vllm(llama, batches, max_model_len=128, kv_cache_memory_bytes=8 * BLOCK_BYTES,
-                     disable_log_stats=False)
+                     disable_log_stats=False, **attention)
     assert tight["workers"][0]["kv_bytes"] == 8 * BLOCK_BYTES
     assert tight["counters"]["vllm:num_preemptions"] > 0
     assert token_ids(tight) == token_ids(roomy)
 
 
-def test_prefix_caching_reuses_the_blocks_of_a_shared_prompt(llama):
+@pytest.mark.parametrize("attention", ATTENTION)
+def test_prefix_caching_reuses_the_blocks_of_a_shared_prompt(llama, attention):
     prefix = "once upon a time there was a small model that served tokens on a simulated chip. "
     prompts = [prefix + end for end in ("it was fast", "it was slow", "the end")]
     batches = [{"prompts": prompts[:1], "sampling": GREEDY}, {"prompts": prompts[1:], "sampling": GREEDY}]
-    cached = run_vllm(llama, batches, enable_prefix_caching=True)
-    plain = run_vllm(llama, batches, enable_prefix_caching=False)
+    cached = run_vllm(llama, batches, enable_prefix_caching=True, **attention)
+    plain = run_vllm(llama, batches, enable_prefix_caching=False, **attention)
     assert all(r["num_cached_tokens"] >= 64 for r in cached["batches"][1]["outputs"])  # two full blocks
     assert all(not r["num_cached_tokens"] for r in plain["batches"][1]["outputs"])
     assert token_ids(cached, 1) == token_ids(plain, 1)
 
 
-def test_chunked_prefill_in_chunks_of_16_tokens_gives_the_same_tokens(llama):
+@pytest.mark.parametrize("attention", ATTENTION)
+def test_chunked_prefill_in_chunks_of_16_tokens_gives_the_same_tokens(llama, attention):
     batches = [{"prompts": PROMPTS, "sampling": GREEDY}]
-    chunked = run_vllm(llama, batches, max_num_batched_tokens=16, max_num_seqs=8, enable_chunked_prefill=True)
-    whole = run_vllm(llama, batches)
+    chunked = run_vllm(llama, batches, max_num_batched_tokens=16, max_num_seqs=8, enable_chunked_prefill=True,
+                       **attention)
+    whole = run_vllm(llama, batches, **attention)
     assert token_ids(chunked) == token_ids(whole)
 
 

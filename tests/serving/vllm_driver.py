@@ -28,6 +28,8 @@ def kv_report(worker) -> dict:
         compiled = torch_neuronx.get_dynamo_metrics()
         report.update(executables=compiled["executables_compiled"] + compiled["cache_hits"],  # built or loaded
                       recompilations=compiled["recompilations"])
+        report.update(attention=sorted({g.backend.__name__ for groups in worker.model_runner.attn_groups
+                                        for g in groups}))
         report.update(allocated=stats["allocated_bytes.all.current"], fallbacks=torch_neuronx.get_fallback_ops(),
                       capacity=torch.neuron.mem_get_info(worker.device)[1])
     return report

@@ -18,6 +18,21 @@ def register_lowerings() -> None:
     _C._register_nested_kernels()
 
 
+_registered_cpu_kernels: set[str] = set()
+
+
+def register_cpu_kernel(op: str, *, data_dependent: bool = False) -> None:
+    """Give another package's operator (``"namespace::name"`` or ``"namespace::name.overload"``)
+    a device kernel that runs its CPU kernel on the device's memory, as the lowering table's ATen
+    operators do, instead of the CPU fallback's copies. Its output shapes must depend only on the
+    shapes of its inputs (else pass ``data_dependent=True``: every call then runs synchronously).
+    Registering an operator again does nothing."""
+    if op in _registered_cpu_kernels:
+        return
+    _C._register_native_op(op, sync=data_dependent, out_overload="", bool_index_sync=False)
+    _registered_cpu_kernels.add(op)
+
+
 def apply_policies_from_env() -> None:
     """``TORCH_NEURONX_STRICT_FALLBACK=1``: CPU fallbacks raise instead of running.
     ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``: a device kernel that fails is reported

@@ -181,9 +181,13 @@ std::unordered_map<std::string, NativeKernel*>& registry() {
   return *r;
 }
 
-torch::Library& library() {
-  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
-                                        __LINE__);
+// One PrivateUse1 implementation library per operator namespace (aten, and the namespaces of
+// other packages' CPU operators: vLLM's _C); called with registry_mu held.
+torch::Library& library(const std::string& ns) {
+  static auto* libs = new std::unordered_map<std::string, std::unique_ptr<torch::Library>>();
+  auto& lib = (*libs)[ns];
+  if (!lib)
+    lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   return *lib;
 }
 
@@ -197,13 +201,16 @@ void register_native_op(const std::string& op, bool sync, const std::string& out
   std::optional<c10::OperatorHandle> out_op;
   if (!out_overload.empty())
     out_op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), out_overload.c_str());
+  const auto colons = name.find("::");
+  const std::string ns = name.substr(0, colons);
+  // The table's aten entries are checked by its generator (some run through host substitutes).
+  TORCH_CHECK(ns == "aten" || handle.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), op,
+              " has no CPU kernel: its device kernel runs the CPU kernel on the device's memory");
   auto kernel = std::make_unique<NativeKernel>(handle, sync, out_op, bool_index_sync);
-  {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    TORCH_CHECK(!registry().count(op), op, " is registered twice");
-    registry()[op] = kernel.get();
-  }
-  library().impl(op.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
+  std::lock_guard<std::mutex> lock(registry_mu);
+  TORCH_CHECK(!registry().count(op), op, " is registered twice");
+  registry()[op] = kernel.get();
+  library(ns).impl(op.substr(colons + 2).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(kernel)));
 }
 
 namespace {

@@ -1,0 +1,22 @@
+"""The plugin's options: ``additional_config={"neuron_config": {...}}`` (``--additional-config``
+on the command line), the published vLLM Neuron's place for them."""
+from __future__ import annotations
+
+from typing import Any
+
+# name -> what it is (docs/serving.md#options)
+OPTIONS = {
+    "num_batched_tokens_buckets": "the token counts a compiled model pads each step to",
+    "attention": "'paged_kernel' (vLLM's C++ paged attention, the default where the installed vLLM has it) "
+                 "or 'sdpa' (block gathers and scaled_dot_product_attention, routed to the kernel library)",
+}
+
+
+def neuron_option(vllm_config: Any, name: str, default: Any = None) -> Any:
+    """The value of option `name`, or `default`; an unknown option is an error that lists them."""
+    given = (vllm_config.additional_config or {}).get("neuron_config") or {}
+    unknown = sorted(set(given) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"vllm_neuron: unknown neuron_config option(s) {unknown}; the options are: "
+                         + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+    return given.get(name, default)
