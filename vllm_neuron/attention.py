@@ -134,20 +134,26 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
                                             groups=groups)
 
 
+def refuse_unsupported(alibi_slopes: list[float] | None, logits_soft_cap: float | None, sinks: torch.Tensor | None,
+                       kv_cache_dtype: str) -> None:
+    """What neither attention backend supports here (untested on neuron): a clear start-up error."""
+    unsupported = [name for name, given in (("ALiBi slopes", alibi_slopes is not None),
+                                            ("a logits soft cap", bool(logits_soft_cap)),
+                                            ("attention sinks", sinks is not None),
+                                            (f"kv_cache_dtype={kv_cache_dtype}", kv_cache_dtype != "auto"))
+                   if given]
+    if unsupported:
+        raise NotImplementedError(f"vllm_neuron: paged attention on neuron does not support "
+                                  f"{', '.join(unsupported)}; serve a model without them")
+
+
 class NeuronPagedAttentionImpl(AttentionImpl):
     def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None = None,
                  alibi_slopes: list[float] | None = None, sliding_window: int | None = None,
                  kv_cache_dtype: str = "auto", logits_soft_cap: float | None = None,
                  attn_type: str = AttentionType.DECODER, kv_sharing_target_layer_name: str | None = None,
                  sinks: torch.Tensor | None = None) -> None:
-        unsupported = [name for name, given in (("ALiBi slopes", alibi_slopes is not None),
-                                                ("a logits soft cap", bool(logits_soft_cap)),
-                                                ("attention sinks", sinks is not None),
-                                                (f"kv_cache_dtype={kv_cache_dtype}", kv_cache_dtype != "auto"))
-                       if given]
-        if unsupported:
-            raise NotImplementedError(f"vllm_neuron: paged attention on neuron does not support "
-                                      f"{', '.join(unsupported)}; serve a model without them")
+        refuse_unsupported(alibi_slopes, logits_soft_cap, sinks, kv_cache_dtype)
         self.num_heads = num_heads
         self.head_size = head_size
         self.scale = float(scale)

@@ -3,8 +3,8 @@
 The backend of vLLM's CPU build (``CPU_ATTN``) on neuron tensors: the KV cache of a layer is
 ``[num_blocks, kv_heads, block_size, 2 * head_size]`` (``LBHNC``), new keys and values go to their
 slots with one kernel, and one kernel computes every request's attention (decodes and prefill
-chunks together) reading the cache through the block table, with causal, sliding-window and
-soft-cap masking. Both kernels run on the core; the kernel's work split (its "scheduler metadata")
+chunks together) reading the cache through the block table, with causal and sliding-window
+masking. Both kernels run on the core; the kernel's work split (its "scheduler metadata")
 is computed on the host from the host copies of the sequence lengths, as the CPU build does, and
 copied to the device once per step."""
 from __future__ import annotations
@@ -20,6 +20,8 @@ from vllm.v1.attention.backends.cpu_attn import (
     CPUAttentionMetadata,
     CPUAttentionMetadataBuilder,
 )
+
+from vllm_neuron.attention import refuse_unsupported
 
 
 class NeuronKernelAttentionBackend(CPUAttentionBackend):
@@ -73,10 +75,13 @@ class NeuronKernelAttentionMetadataBuilder(CPUAttentionMetadataBuilder):
 
 
 class NeuronKernelAttentionImpl(CPUAttentionBackendImpl):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.alibi_slopes is not None:  # the CPU backend keeps them on the host
-            self.alibi_slopes = self.alibi_slopes.to(torch.neuron.current_device())
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int,
+                 alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str,
+                 logits_soft_cap: float | None = None, attn_type: str = AttentionType.DECODER,
+                 kv_sharing_target_layer_name: str | None = None, sinks: torch.Tensor | None = None) -> None:
+        refuse_unsupported(alibi_slopes, logits_soft_cap, sinks, kv_cache_dtype)
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype,
+                         logits_soft_cap, attn_type, kv_sharing_target_layer_name, sinks)
 
     def forward(self, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 kv_cache: torch.Tensor, attn_metadata: CPUAttentionMetadata | None, output: torch.Tensor,

@@ -15,6 +15,7 @@ _lib.define("scaled_cumsum(Tensor x, float scale) -> Tensor")
 _lib.define("rotate_(Tensor(a!) x, Tensor positions) -> ()")
 _lib.define("positives(Tensor x) -> Tensor")
 _lib.define("only_cuda(Tensor x) -> Tensor")
+_lib.define("arange_into(Tensor(a!) out, int n) -> ()")
 _lib.impl("scaled_cumsum", lambda x, scale: torch.cumsum(x, 0) * scale, "CPU")
 
 
@@ -23,12 +24,20 @@ def _rotate_(x: torch.Tensor, positions: torch.Tensor) -> None:
 
 
 _lib.impl("rotate_", _rotate_, "CPU")
+
+
+def _arange_into(out: torch.Tensor, n: int) -> None:
+    out.resize_(n).copy_(torch.arange(n, dtype=out.dtype))  # a kernel that resizes what it writes
+
+
+_lib.impl("arange_into", _arange_into, "CPU")
 _lib.impl("positives", lambda x: x[x > 0], "CPU")
 _lib.impl("only_cuda", lambda x: x, "CUDA")
 ops = torch.ops.neuron_cpu_kernel_test
 torch_neuronx.register_cpu_kernel("neuron_cpu_kernel_test::scaled_cumsum")
 torch_neuronx.register_cpu_kernel("neuron_cpu_kernel_test::rotate_")
 torch_neuronx.register_cpu_kernel("neuron_cpu_kernel_test::positives", data_dependent=True)
+torch_neuronx.register_cpu_kernel("neuron_cpu_kernel_test::arange_into")
 
 
 @pytest.fixture
@@ -55,6 +64,18 @@ def test_an_operator_writing_into_a_strided_view_changes_only_that_view(device, 
     ops.rotate_(on_device[:, 4:8], positions.to(device))
     ops.rotate_(base[:, 4:8], positions)
     torch.testing.assert_close(on_device.cpu(), base, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_a_written_argument_the_kernel_resizes_takes_its_new_size(device, strict):
+    """Another package's kernel writes its arguments in place (no copy of a big cache per new
+    signature); one that resizes what it writes still leaves the CPU's result."""
+    for n in (3, 40, 40):
+        out, expected = torch.zeros(5, device=device), torch.zeros(5)
+        ops.arange_into(out, n)
+        ops.arange_into(expected, n)
+        assert out.shape == expected.shape
+        torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
     assert torch_neuronx.get_fallback_ops() == {}
 
 

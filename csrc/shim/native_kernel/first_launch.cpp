@@ -37,6 +37,8 @@ void NativeKernel::build(const c10::OperatorHandle& op, std::vector<c10::IValue>
   // Written arguments (out= and in-place) run on resizable copies: the CPU kernel may resize
   // them (addbmm_ grows a broadcast self). An input that is the same tensor shares the copy,
   // so the kernel sees the identity (logical_and.out(x, x, y, out=x) refuses to broadcast).
+  // Another package's operators write in place (foreign_): their written arguments can be whole
+  // KV caches, which a copy per new signature would make the cost of every new prompt length.
   struct WrittenCopy {
     size_t arg;
     at::Tensor copy;
@@ -63,7 +65,7 @@ void NativeKernel::build(const c10::OperatorHandle& op, std::vector<c10::IValue>
       results = host_args(args, alias, device);
       for (size_t i = 0; i < kinds_.size(); ++i) {
         // Self-overlapping outputs (expanded) stay aliases too: the kernel refuses them.
-        if (!written_[i] || kinds_[i] != ArgKind::Tensor || !results[i].isTensor() ||
+        if (foreign_ || !written_[i] || kinds_[i] != ArgKind::Tensor || !results[i].isTensor() ||
             !results[i].toTensor().defined() || overlaps_an_input(args, i) ||
             at::has_internal_overlap(args[i].toTensor()) == at::MemOverlap::Yes)
           continue;

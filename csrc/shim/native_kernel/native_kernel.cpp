@@ -36,8 +36,12 @@ std::string full_name(const c10::OperatorName& name) {
 namespace native {
 
 NativeKernel::NativeKernel(const c10::OperatorHandle& op, bool sync, std::optional<c10::OperatorHandle> out_op,
-                           bool bool_index_sync)
-    : name_(full_name(op.operator_name())), sync_(sync), bool_index_sync_(bool_index_sync), out_op_(std::move(out_op)) {
+                           bool bool_index_sync, bool foreign)
+    : name_(full_name(op.operator_name())),
+      sync_(sync),
+      bool_index_sync_(bool_index_sync),
+      foreign_(foreign),
+      out_op_(std::move(out_op)) {
   if (auto it = host_substitutes().find(name_); it != host_substitutes().end()) {
     if (it->second.host_op) host_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(it->second.host_op, "");
     adapt_ = it->second.adapt;
@@ -72,8 +76,8 @@ NativeKernel::NativeKernel(const c10::OperatorHandle& op, bool sync, std::option
   // What adaptive eager may hold in a segment and compile: functional and in-place calls
   // (not out=, whose outputs a plan may resize), drawing no random numbers, with no host
   // substitute, no synchronizing or data-dependent result and no index lists.
-  fusable_ = !has_generator_ && !host_run_ && !host_op_ && !sync_ && !bool_index_sync_ && !has_index_list_ &&
-             std::none_of(is_out_.begin(), is_out_.end(), [](bool b) { return b; });
+  fusable_ = !foreign_ && !has_generator_ && !host_run_ && !host_op_ && !sync_ && !bool_index_sync_ &&
+             !has_index_list_ && std::none_of(is_out_.begin(), is_out_.end(), [](bool b) { return b; });
   for (ArgKind k : kinds_)
     roles_.push_back(k == ArgKind::Tensor                          ? adaptive::Role::Tensor
                      : k == ArgKind::TensorList                    ? adaptive::Role::TensorList
@@ -206,7 +210,7 @@ void register_native_op(const std::string& op, bool sync, const std::string& out
   // The table's aten entries are checked by its generator (some run through host substitutes).
   TORCH_CHECK(ns == "aten" || handle.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU), op,
               " has no CPU kernel: its device kernel runs the CPU kernel on the device's memory");
-  auto kernel = std::make_unique<NativeKernel>(handle, sync, out_op, bool_index_sync);
+  auto kernel = std::make_unique<NativeKernel>(handle, sync, out_op, bool_index_sync, /*foreign=*/ns != "aten");
   std::lock_guard<std::mutex> lock(registry_mu);
   TORCH_CHECK(!registry().count(op), op, " is registered twice");
   registry()[op] = kernel.get();

@@ -93,8 +93,11 @@ struct Plan {
 
 class NativeKernel final : public c10::OperatorKernel {
  public:
+  // `foreign`: another package's operator (not aten): its first launch writes its written
+  // arguments where they are (a KV cache is not copied per new signature), and adaptive eager
+  // does not fuse it.
   NativeKernel(const c10::OperatorHandle& op, bool sync, std::optional<c10::OperatorHandle> out_op,
-               bool bool_index_sync);
+               bool bool_index_sync, bool foreign = false);
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack);
 
@@ -146,7 +149,7 @@ class NativeKernel final : public c10::OperatorKernel {
                             c10::DeviceIndex device) const;
 
   const std::string name_;
-  const bool sync_, bool_index_sync_;
+  const bool sync_, bool_index_sync_, foreign_;
   const std::optional<c10::OperatorHandle> out_op_;
   std::optional<c10::OperatorHandle> host_op_;
   void (*adapt_)(torch::jit::Stack&) = nullptr;
