@@ -4,15 +4,16 @@ saved model (a small Llama: 4 layers, hidden 256, 8 heads of 32, fp32), greedy, 
 (a) offline: `LLM.generate` of 16 prompts x 64 new tokens in one batch (after a warm-up batch):
     output tokens per second and time per output token (the batch's seconds / 64 steps), for
     vLLM's CPU build (eager), neuron eager and neuron compiled (the neuron backend, token buckets);
-(b) online: `vllm-neuron serve` (neuron) and `vllm-neuron serve --device cpu` (the CPU build),
-    streaming completions of 32 tokens at 1, 4 and 16 concurrent requests, after a warm-up round:
-    median time to first token and median time per output token (TPOT) over three rounds.
+(b) online: `vllm-neuron serve` (neuron) and `vllm-neuron serve --device cpu` (the CPU build), each
+    eager (--enforce-eager) and compiled (vLLM's default), streaming completions of 32 tokens at 1,
+    4 and 16 concurrent requests, after a warm-up round: median time to first token and median
+    time per output token (TPOT) over three rounds.
 
 Beside them: the cost model's estimate of a decode step of the same batch on one trn2 logical core
 (LNC=2), labelled as an estimate: the roofline of the step's HBM reads (weights and the KV cache
 read so far) against its TensorE FLOPs; launch and host overheads are not modelled.
-Goal: neuron at most 1.2x the CPU build's time per output token at 16 concurrent requests (the
-simulator runs the CPU's kernels, so the CPU build is the floor).
+Goal: neuron at most 1.2x the CPU build's time per output token at 16 concurrent requests, each in
+its faster mode (the simulator runs the CPU's kernels, so the CPU build is the floor).
 
     python benchmarks/serving.py                        # publishes to docs/benchmarks
     python benchmarks/serving.py --quick --out /tmp/b   # smoke test
@@ -83,11 +84,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(model: str, device: str) -> tuple[subprocess.Popen, str]:
+def serve(model: str, device: str, eager: bool) -> tuple[subprocess.Popen, str]:
     port = free_port()
     args = [shutil.which("vllm-neuron"), "serve", model, "--device", device, "--host", "127.0.0.1", "--port",
-            str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", str(ENGINE["max_model_len"]),
-            "--kv-cache-memory-bytes", str(ENGINE["kv_cache_memory_bytes"]), "--seed", "0"]
+            str(port), "--dtype", "float32", "--max-model-len", str(ENGINE["max_model_len"]),
+            "--kv-cache-memory-bytes", str(ENGINE["kv_cache_memory_bytes"]), "--seed", "0",
+            *(["--enforce-eager"] if eager else [])]
     process = subprocess.Popen(args, env=environment(device), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
     import httpx
@@ -176,27 +178,33 @@ def main() -> None:
                             ["run", "output tokens/s", "ms per output token (per step)", "vs CPU build",
                              "CPU build's tokens"], rows)]
 
-    latency_rows = []
-    servers = {}
-    for device in ("cpu", "neuron"):
-        process, url = serve(model, device)
+    servers = {}  # (device, eager) -> concurrency -> (TTFT, TPOT)
+    for device, eager in (("cpu", True), ("cpu", False), ("neuron", True), ("neuron", False)):
+        process, url = serve(model, device, eager)
         try:
-            servers[device] = {c: online(url, c, stream_tokens, rounds) for c in (1, 4, 16)}
+            servers[device, eager] = {c: online(url, c, stream_tokens, rounds) for c in (1, 4, 16)}
         finally:
             stop(process)
-    for c in (1, 4, 16):
-        (cpu_first, cpu_gap), (first, gap) = servers["cpu"][c], servers["neuron"][c]
-        latency_rows.append([str(c), f"{cpu_first * 1e3:.1f}", f"{first * 1e3:.1f}", f"{cpu_gap * 1e3:.2f}",
-                             f"{gap * 1e3:.2f}", f"{gap / cpu_gap:.2f}x"])
-    ratio16 = servers["neuron"][16][1] / servers["cpu"][16][1]
-    figures["tpot16_ratio"] = f"{ratio16:.2f}x"
-    figures["tpot16_verdict"] = results.verdict(ratio16, TARGET)
+    cpu_best = {c: min(servers["cpu", e][c][1] for e in (True, False)) for c in (1, 4, 16)}
+    latency_rows = []
+    for device, eager in servers:
+        for c in (1, 4, 16):
+            first, per_token = servers[device, eager][c]
+            same_mode = per_token / servers["cpu", eager][c][1]
+            latency_rows.append([f"{'CPU build' if device == 'cpu' else 'neuron'} {'eager' if eager else 'compiled'}",
+                                 str(c), f"{first * 1e3:.1f}", f"{per_token * 1e3:.2f}", f"{same_mode:.2f}x",
+                                 f"{per_token / cpu_best[c]:.2f}x"])
+    best16 = min(servers["neuron", e][16][1] for e in (True, False)) / cpu_best[16]
+    figures["tpot16_eager_ratio"] = f"{servers['neuron', True][16][1] / servers['cpu', True][16][1]:.2f}x"
+    figures["tpot16_compiled_ratio"] = f"{servers['neuron', False][16][1] / servers['cpu', False][16][1]:.2f}x"
+    figures["tpot16_ratio"] = f"{best16:.2f}x"
+    figures["tpot16_verdict"] = results.verdict(best16, TARGET)
     tables.append(results.Table(
-        f"(b) online: streamed completions of {stream_tokens} tokens, eager, median over {rounds} round(s) after "
-        f"a warm-up round (goal: neuron's time per output token at 16 concurrent at most {TARGET}x the CPU "
-        f"build's: {figures['tpot16_verdict']})",
-        ["concurrent requests", "CPU build TTFT (ms)", "neuron TTFT (ms)", "CPU build TPOT (ms)", "neuron TPOT (ms)",
-         "neuron TPOT vs CPU build"], latency_rows))
+        f"(b) online: streamed completions of {stream_tokens} tokens, median over {rounds} round(s) after a warm-up "
+        f"round (goal: neuron's time per output token at 16 concurrent, in its faster mode, at most {TARGET}x the "
+        f"CPU build's in its faster mode: {figures['tpot16_verdict']})",
+        ["run", "concurrent requests", "TTFT (ms)", "TPOT (ms)", "TPOT vs CPU build, same mode",
+         "TPOT vs CPU build's faster mode"], latency_rows))
     print(results.render(tables))
     results.publish(__file__, tables, figures, args.out)
 
