@@ -12,9 +12,11 @@ values in the second). Each step:
   the longest chunk, with a causal (and sliding-window) mask offset by the tokens already cached.
 
 The metadata builder computes the gather indices and masks once per step on the host (it has the
-sequence lengths there) and copies them to the device; every layer reuses them. The attention
-itself runs through the device's ``scaled_dot_product_attention``, which routes to the kernel
-library's attention kernels where the shapes allow (nki/kernels/sdpa_routing.py)."""
+sequence lengths there) and copies them to the device; every layer reuses them. With
+``neuron_config`` ``attention="nki"`` the decode group runs the kernel library's decode attention
+kernel on the gathered blocks instead (masked past each request's length), where it fits.
+This backend serves ``attention="sdpa"``/``"nki"`` and whatever vLLM's C++ paged-attention
+kernel does not cover (vllm_neuron/kernel_attention.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,6 +33,9 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import KVCacheLayout
+
+from nki.kernels.attention_ops import decode_attention
+from vllm_neuron.options import neuron_option
 
 
 class NeuronPagedAttentionBackend(AttentionBackend):
@@ -72,6 +77,8 @@ class RequestGroup:
     # Prefill chunks only (decodes read their consecutive rows as a view):
     rows: torch.Tensor | None       # [requests, max_query_len] int64: rows of `query` (padding repeats a row)
     real_rows: torch.Tensor | None  # [tokens] int64: where each is in the padded [requests * max_query_len]
+    # Decodes run by the kernel library's decode kernel only (attention="nki"): each one's context length.
+    lengths: torch.Tensor | None = None  # [requests] int32
 
 
 @dataclass
@@ -83,7 +90,7 @@ class NeuronPagedAttentionMetadata:
 
 def _request_group(block_table: torch.Tensor, starts: torch.Tensor, query_lens: torch.Tensor,
                    seq_lens: torch.Tensor, block_size: int, window: int | None,
-                   device: torch.device) -> RequestGroup:
+                   device: torch.device, nki_decode: bool) -> RequestGroup:
     """The gather indices and mask of requests with these (host) query start rows, query lengths
     and context lengths."""
     max_query = int(query_lens.max())
@@ -106,7 +113,19 @@ def _request_group(block_table: torch.Tensor, starts: torch.Tensor, query_lens: 
         tokens=slice(first, first + int(query_lens.sum())),
         rows=rows.to(device, non_blocking=True) if prefill else None,
         real_rows=real.flatten().nonzero().squeeze(1).to(device, non_blocking=True) if prefill else None,
+        lengths=seq_lens.to(torch.int32).to(device, non_blocking=True) if nki_decode and not prefill else None,
     )
+
+
+def nki_decode_fits(vllm_config: Any, layer_names: list[str], window: int | None) -> bool:
+    """Whether decodes run by the kernel library's decode kernel (``neuron_config``
+    ``attention="nki"``): no sliding window, and a kv head's query heads and the head size
+    within its 128 partitions."""
+    if neuron_option(vllm_config, "attention") != "nki" or window is not None:
+        return False
+    heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
+    kv_heads = vllm_config.model_config.get_num_kv_heads(vllm_config.parallel_config)
+    return heads // kv_heads <= 128 and vllm_config.model_config.get_head_size() <= 128
 
 
 class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAttentionMetadata]):
@@ -114,6 +133,7 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
         self.window = getattr(kv_cache_spec, "sliding_window", None)
+        self.nki_decode = nki_decode_fits(vllm_config, layer_names, self.window)
         self._init_reorder_batch_threshold(1)  # decodes first, then prefills
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
@@ -129,7 +149,8 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
             if hi > lo:
                 table = m.block_table_tensor[lo:hi]
                 groups.append(_request_group(table, starts[lo:hi], starts[lo + 1: hi + 1] - starts[lo:hi],
-                                             seq_lens[lo:hi], self.block_size, self.window, self.device))
+                                             seq_lens[lo:hi], self.block_size, self.window, self.device,
+                                             self.nki_decode))
         return NeuronPagedAttentionMetadata(num_real_tokens=int(starts[-1]), slot_mapping=m.slot_mapping,
                                             groups=groups)
 
@@ -191,8 +212,11 @@ class NeuronPagedAttentionImpl(AttentionImpl):
             v = kv[..., d:].transpose(1, 2)
             # Decodes (one row each) are consecutive rows: a view, where prefill chunks are gathered.
             q = query[group.tokens, :, None] if group.rows is None else query[group.rows].transpose(1, 2)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask, scale=self.scale,
-                                               enable_gqa=self.num_heads != self.num_kv_heads)
+            if group.lengths is not None:  # the kernel library's decode kernel masks past each length
+                o = decode_attention(q, k, v, group.lengths, self.scale)
+            else:
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask, scale=self.scale,
+                                                   enable_gqa=self.num_heads != self.num_kv_heads)
             if group.rows is None:
                 output[group.tokens] = o.view_as(output[group.tokens])
             else:

@@ -7,8 +7,9 @@ from typing import Any
 # name -> what it is (docs/serving.md#options)
 OPTIONS = {
     "num_batched_tokens_buckets": "the token counts a compiled model pads each step to",
-    "attention": "'paged_kernel' (vLLM's C++ paged attention, the default where the installed vLLM has it) "
-                 "or 'sdpa' (block gathers and scaled_dot_product_attention, routed to the kernel library)",
+    "attention": "'paged_kernel' (vLLM's C++ paged attention, the default where the installed vLLM has it), "
+                 "'sdpa' (block gathers and scaled_dot_product_attention) or 'nki' (as 'sdpa', decodes by the "
+                 "kernel library's decode attention kernel)",
 }
 
 

@@ -9,7 +9,8 @@ import transformers
 from conftest import GREEDY, GREEDY_BATCHES, PROMPTS, completions, run_vllm
 
 # neuron_config attention -> the backend it selects (vLLM's paged-attention kernel is the default).
-ATTENTION = {"paged_kernel": "NeuronKernelAttentionBackend", "sdpa": "NeuronPagedAttentionBackend"}
+ATTENTION = {"paged_kernel": "NeuronKernelAttentionBackend", "sdpa": "NeuronPagedAttentionBackend",
+             "nki": "NeuronPagedAttentionBackend"}
 
 
 @pytest.fixture(scope="module", params=list(ATTENTION))
@@ -17,7 +18,10 @@ def greedy(request, llama, cpu_greedy):
     """The same single request and batch of 16 on neuron (with each attention backend) and on the CPU build."""
     config = {"additional_config": {"neuron_config": {"attention": request.param}}}
     report = run_vllm(llama, GREEDY_BATCHES, **(config if request.param != "paged_kernel" else {}))
-    assert report["workers"][0]["attention"] == [ATTENTION[request.param]]
+    (worker,) = report["workers"]
+    assert worker["attention"] == [ATTENTION[request.param]]
+    # Decodes (23 steps of each batch, one call per layer) by the kernel library's kernel, only with "nki".
+    assert bool(worker["kernel_library_calls"].get("nki_library::decode_attention")) == (request.param == "nki")
     return report, cpu_greedy
 
 

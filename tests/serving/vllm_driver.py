@@ -30,6 +30,8 @@ def kv_report(worker) -> dict:
                       recompilations=compiled["recompilations"])
         report.update(attention=sorted({g.backend.__name__ for groups in worker.model_runner.attn_groups
                                         for g in groups}))
+        report.update(kernel_library_calls={op: n for op, n in torch_neuronx.get_executed_ops().items()
+                                            if op.startswith("nki_library::")})
         report.update(allocated=stats["allocated_bytes.all.current"], fallbacks=torch_neuronx.get_fallback_ops(),
                       capacity=torch.neuron.mem_get_info(worker.device)[1])
     return report
