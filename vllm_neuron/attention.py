@@ -14,11 +14,13 @@ values in the second). Each step:
 The metadata builder computes the gather indices and masks once per step on the host (it has the
 sequence lengths there) and copies them to the device; every layer reuses them. With
 ``neuron_config`` ``attention="nki"`` the decode group runs the kernel library's decode attention
-kernel on the gathered blocks instead (masked past each request's length), where it fits.
+kernel on the gathered blocks instead (masked past each request's length), and a step whose
+prefills are all whole prompts runs each by its flash attention kernel, where they fit.
 This backend serves ``attention="sdpa"``/``"nki"`` and whatever vLLM's C++ paged-attention
 kernel does not cover (vllm_neuron/kernel_attention.py)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,7 +36,7 @@ from vllm.v1.attention.backend import (
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import KVCacheLayout
 
-from nki.kernels.attention_ops import decode_attention
+from nki.kernels.attention_ops import decode_attention, flash_attention
 from vllm_neuron.options import neuron_option
 
 
@@ -86,11 +88,14 @@ class NeuronPagedAttentionMetadata:
     num_real_tokens: int  # the scheduled tokens; the rest of the step's rows pad a bucket
     slot_mapping: torch.Tensor
     groups: list[RequestGroup]
+    # attention="nki", a step whose prefills are all whole prompts: each one's rows, attended by
+    # the kernel library's flash attention kernel on the step's own keys and values.
+    prompts: list[slice] = dataclasses.field(default_factory=list)
 
 
 def _request_group(block_table: torch.Tensor, starts: torch.Tensor, query_lens: torch.Tensor,
                    seq_lens: torch.Tensor, block_size: int, window: int | None,
-                   device: torch.device, nki_decode: bool) -> RequestGroup:
+                   device: torch.device, kernel_library: bool) -> RequestGroup:
     """The gather indices and mask of requests with these (host) query start rows, query lengths
     and context lengths."""
     max_query = int(query_lens.max())
@@ -113,14 +118,14 @@ def _request_group(block_table: torch.Tensor, starts: torch.Tensor, query_lens: 
         tokens=slice(first, first + int(query_lens.sum())),
         rows=rows.to(device, non_blocking=True) if prefill else None,
         real_rows=real.flatten().nonzero().squeeze(1).to(device, non_blocking=True) if prefill else None,
-        lengths=seq_lens.to(torch.int32).to(device, non_blocking=True) if nki_decode and not prefill else None,
+        lengths=seq_lens.to(torch.int32).to(device, non_blocking=True) if kernel_library and not prefill else None,
     )
 
 
-def nki_decode_fits(vllm_config: Any, layer_names: list[str], window: int | None) -> bool:
-    """Whether decodes run by the kernel library's decode kernel (``neuron_config``
-    ``attention="nki"``): no sliding window, and a kv head's query heads and the head size
-    within its 128 partitions."""
+def kernel_library_fits(vllm_config: Any, window: int | None) -> bool:
+    """Whether the kernel library's attention kernels serve this layer group (``neuron_config``
+    ``attention="nki"``): no sliding window (the decode kernel has none), and a kv head's query
+    heads and the head size within the 128 partitions."""
     if neuron_option(vllm_config, "attention") != "nki" or window is not None:
         return False
     heads = vllm_config.model_config.get_num_attention_heads(vllm_config.parallel_config)
@@ -133,7 +138,7 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
         self.window = getattr(kv_cache_spec, "sliding_window", None)
-        self.nki_decode = nki_decode_fits(vllm_config, layer_names, self.window)
+        self.kernel_library = kernel_library_fits(vllm_config, self.window)
         self._init_reorder_batch_threshold(1)  # decodes first, then prefills
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
@@ -144,15 +149,17 @@ class NeuronPagedAttentionMetadataBuilder(AttentionMetadataBuilder[NeuronPagedAt
         seq_lens = m.seq_lens_cpu_upper_bound  # exact without speculative decoding, which is not enabled here
         seq_lens = (m.seq_lens[:n].cpu() if seq_lens is None else seq_lens[:n]).to(torch.int64)
         num_decodes, _, _, _ = split_decodes_and_prefills(m, decode_threshold=1)
-        groups = []
-        for lo, hi in ((0, num_decodes), (num_decodes, n)):
+        query_lens = starts[1:] - starts[:-1]
+        groups, prompts = [], []
+        if self.kernel_library and num_decodes < n and bool((seq_lens[num_decodes:] == query_lens[num_decodes:]).all()):
+            prompts = [slice(int(starts[i]), int(starts[i + 1])) for i in range(num_decodes, n)]
+        for lo, hi in ((0, num_decodes), (num_decodes, n if not prompts else num_decodes)):
             if hi > lo:
-                table = m.block_table_tensor[lo:hi]
-                groups.append(_request_group(table, starts[lo:hi], starts[lo + 1: hi + 1] - starts[lo:hi],
+                groups.append(_request_group(m.block_table_tensor[lo:hi], starts[lo:hi], query_lens[lo:hi],
                                              seq_lens[lo:hi], self.block_size, self.window, self.device,
-                                             self.nki_decode))
+                                             self.kernel_library))
         return NeuronPagedAttentionMetadata(num_real_tokens=int(starts[-1]), slot_mapping=m.slot_mapping,
-                                            groups=groups)
+                                            groups=groups, prompts=prompts)
 
 
 def refuse_unsupported(alibi_slopes: list[float] | None, logits_soft_cap: float | None, sinks: torch.Tensor | None,
@@ -205,6 +212,9 @@ class NeuronPagedAttentionImpl(AttentionImpl):
         if attn_metadata.num_real_tokens < output.shape[0]:
             output[attn_metadata.num_real_tokens:] = 0  # padding rows: finite values into the next layer
         d = self.head_size
+        for rows in attn_metadata.prompts:  # whole prompts: their own keys, causal
+            q, k, v = (t[rows].transpose(0, 1)[None] for t in (query, key, value))
+            output[rows] = flash_attention(q, k, v, self.scale, causal=True)[0].transpose(0, 1).reshape_as(output[rows])
         for group in attn_metadata.groups:
             requests, _, max_query, _ = group.mask.shape
             kv = cache[group.blocks].flatten(1, 2)                   # [R, context, kv_heads, 2D]

@@ -8,8 +8,8 @@ from typing import Any
 OPTIONS = {
     "num_batched_tokens_buckets": "the token counts a compiled model pads each step to",
     "attention": "'paged_kernel' (vLLM's C++ paged attention, the default where the installed vLLM has it), "
-                 "'sdpa' (block gathers and scaled_dot_product_attention) or 'nki' (as 'sdpa', decodes by the "
-                 "kernel library's decode attention kernel)",
+                 "'sdpa' (block gathers and scaled_dot_product_attention) or 'nki' (as 'sdpa', decodes and whole "
+                 "prompts by the kernel library's attention kernels)",
 }
 
 

@@ -20,8 +20,10 @@ def greedy(request, llama, cpu_greedy):
     report = run_vllm(llama, GREEDY_BATCHES, **(config if request.param != "paged_kernel" else {}))
     (worker,) = report["workers"]
     assert worker["attention"] == [ATTENTION[request.param]]
-    # Decodes (23 steps of each batch, one call per layer) by the kernel library's kernel, only with "nki".
-    assert bool(worker["kernel_library_calls"].get("nki_library::decode_attention")) == (request.param == "nki")
+    # Only with "nki": the decodes, and the prompts of a step whose prefills are all whole prompts
+    # (the first batch's), by the kernel library's kernels.
+    for kernel in ("nki_library::decode_attention", "nki_library::flash_attention_fwd"):
+        assert bool(worker["kernel_library_calls"].get(kernel)) == (request.param == "nki"), kernel
     return report, cpu_greedy
 
 

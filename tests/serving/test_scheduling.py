@@ -10,10 +10,11 @@ LONG = dict(GREEDY, max_tokens=48)
 BLOCK_BYTES = 2 * 32 * 2 * 64 * 4  # a block of the tiny Llama's cache: 2 layers x 32 slots x 2 heads x (K, V) x fp32
 
 
-# vLLM's paged-attention kernel (the default) and, in the slow suite, the SDPA backend.
+# vLLM's paged-attention kernel (the default) and, in the slow suite, the SDPA backend and the
+# kernel library's kernels.
 ATTENTION = [pytest.param({}, id="paged_kernel"),
-             pytest.param({"additional_config": {"neuron_config": {"attention": "sdpa"}}}, marks=pytest.mark.slow,
-                          id="sdpa")]
+             *(pytest.param({"additional_config": {"neuron_config": {"attention": choice}}}, marks=pytest.mark.slow,
+                            id=choice) for choice in ("sdpa", "nki"))]
 
 
 def token_ids(report: dict, batch: int = 0) -> list[list[int]]:
