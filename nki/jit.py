@@ -19,7 +19,8 @@ _TORCH_TO_ML = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float
 
 
 # `platform_target=` / NEURON_PLATFORM_TARGET_OVERRIDE values -> simulated generation
-PLATFORM_TARGETS = {"trn2": "trn2", "gen3": "trn2", "trn3": "trn3", "gen4": "trn3"}
+PLATFORM_TARGETS = {"trn1": "trn1", "inf2": "trn1", "gen2": "trn1", "trn2": "trn2", "gen3": "trn2", "trn3": "trn3",
+                    "gen4": "trn3"}
 
 
 class Kernel:
@@ -61,8 +62,9 @@ class Gridded:
 def jit(func: Callable[..., Any] | None = None, mode: str = "auto", **options: Any) -> Any:
     """Decorator: `@nki.jit` or `@nki.jit(platform_target="trn3", fp32_compute=True)`.
 
-    `platform_target` ("trn2"/"gen3", "trn3"/"gen4"; default: NEURON_PLATFORM_TARGET_OVERRIDE, else
-    trn2) selects the simulated generation (as `hardware=` does); `fp32_compute` is the simulator's.
+    `platform_target` ("trn1"/"inf2"/"gen2", "trn2"/"gen3", "trn3"/"gen4"; default:
+    NEURON_PLATFORM_TARGET_OVERRIDE, else trn2) selects the simulated generation (as `hardware=`
+    does); `fp32_compute` is the simulator's.
     `mode` and the other published options (show_compiler_tool_output, additional_compile_opt,
     debug_kernel, compile_config, specialization_config, ...) are accepted and have no effect: every
     call runs on the simulator, or on the launcher of its tensors' device."""
@@ -79,7 +81,7 @@ def platform_hardware(target: str) -> str:
     name = str(target).lower()
     if name not in PLATFORM_TARGETS:
         raise NKIError("platform-target", f"platform target {target!r} is not simulated: use one of "
-                       f"{sorted(PLATFORM_TARGETS)} (trn1/inf2 NeuronCore-v2 is not modelled)", "<launch>")
+                       f"{sorted(PLATFORM_TARGETS)}", "<launch>")
     return PLATFORM_TARGETS[name]
 
 

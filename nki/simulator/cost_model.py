@@ -80,9 +80,10 @@ class HardwareConfig:
                    dma_bytes_per_s=core.hbm_bytes_per_s, clock_hz=chip.engine_clock_hz["scalar"])
 
 
+TRN1 = HardwareConfig.of("trn1")
 TRN2 = HardwareConfig.of("trn2")
 TRN3 = HardwareConfig.of("trn3")
-GENERATIONS = {"trn2": TRN2, "trn3": TRN3}
+GENERATIONS = {"trn1": TRN1, "trn2": TRN2, "trn3": TRN3}
 
 # TensorE rate class of a dtype by lower-cased name: numpy/ml_dtypes and torch names ("bfloat16",
 # "float8_e4m3fn") and the c10 names the shim describes ("BFloat16", "Half", "Float").

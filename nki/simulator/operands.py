@@ -13,7 +13,7 @@ from .context import current
 from .tile import Tile
 
 FP32_MIN = float(np.finfo(np.float32).min)
-GENERATIONS = {"trn2": 3, "trn3": 4}
+GENERATIONS = {"trn1": 2, "trn2": 3, "trn3": 4}
 
 
 def tile(x: Any, what: str, role: str) -> Tile:
@@ -68,11 +68,11 @@ def need_buffer(what: str, role: str, x: Tile, buffers: tuple[str, ...]) -> None
 
 
 def need_generation(what: str, generation: int) -> None:
-    """Instructions that exist only from NeuronCore-v`generation` (trn2 is v3, trn3 is v4)."""
+    """Instructions that exist only from NeuronCore-v`generation` (trn1 is v2, trn2 v3, trn3 v4)."""
     name = current().config.name
     if GENERATIONS.get(name, 3) < generation:
         raise NKIError("nc-version", f"{what} is available on NeuronCore-v{generation} and newer only; the "
-                       f"simulated core is {name} (run with hardware='trn3')")
+                       f"simulated core is {name} (run with hardware='{'trn3' if generation == 4 else 'trn2'}')")
 
 
 def new_dtype(dtype: Any, default: np.dtype) -> np.dtype:

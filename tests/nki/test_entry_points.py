@@ -33,7 +33,8 @@ def test_jit_accepts_the_published_options(options):
     np.testing.assert_allclose(nki.jit(**options)(exp_kernel)(X), np.exp(X), rtol=1e-6)
 
 
-@pytest.mark.parametrize("target, hardware", [("trn2", "trn2"), ("gen3", "trn2"), ("trn3", "trn3"), ("gen4", "trn3")])
+@pytest.mark.parametrize("target, hardware", [("trn1", "trn1"), ("inf2", "trn1"), ("gen2", "trn1"), ("trn2", "trn2"),
+                                              ("gen3", "trn2"), ("trn3", "trn3"), ("gen4", "trn3")])
 def test_platform_target_selects_the_simulated_generation(target, hardware, monkeypatch):
     nki.jit(platform_target=target)(exp_kernel)(X)
     assert nki.simulator.last_report().config.name == hardware
@@ -43,9 +44,33 @@ def test_platform_target_selects_the_simulated_generation(target, hardware, monk
 
 
 def test_unsimulated_platform_target():
-    with pytest.raises(nki.NKIError, match="'trn1' is not simulated") as info:
-        nki.jit(platform_target="trn1")(exp_kernel)
+    with pytest.raises(nki.NKIError, match="'inf1' is not simulated") as info:
+        nki.jit(platform_target="inf1")(exp_kernel)
     assert info.value.rule == "platform-target"
+
+
+@nki.jit
+def sbuf_of_200_kib(out):
+    t = nl.ndarray((128, 50 * 1024), nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=1.0)
+    nisa.dma_copy(dst=out, src=t[:, 0:4])
+    return out
+
+
+def test_trn1_has_neuroncore_v2_capacities_and_rates():
+    """NeuronCore-v2's 192 KiB SBUF partitions refuse a tile trn2's 224 KiB ones hold; an
+    element-wise kernel's ScalarE time follows the engines' clocks (1.4 GHz against 1.2 GHz)."""
+    out = np.zeros((128, 4), np.float32)
+    np.testing.assert_array_equal(nki.jit(platform_target="trn2")(sbuf_of_200_kib.func)(out), 1.0)
+    with pytest.raises(nki.NKIError, match="196608 bytes/partition of trn1") as info:
+        nki.jit(platform_target="trn1")(sbuf_of_200_kib.func)(out)
+    assert info.value.rule == "sbuf-capacity"
+    x = np.random.default_rng(1).standard_normal((128, 4096)).astype(np.float32)
+    busy = {}
+    for target in ("trn1", "trn2"):
+        np.testing.assert_allclose(nki.jit(platform_target=target)(exp_kernel)(x), np.exp(x), rtol=1e-6)
+        busy[target] = nki.simulator.last_report().engine_busy_seconds["ScalarE"]
+    assert busy["trn2"] / busy["trn1"] == pytest.approx(1.4 / 1.2, rel=0.05)
 
 
 @nki.jit

@@ -221,6 +221,15 @@ def test_from_env_queue_depth():
     assert from_env({"TORCH_NEURONX_SIM_CONF": "max_inflight_kernels:8"}).max_inflight == 8
 
 
+def test_trn1_chips_have_two_neuroncore_v2_cores_of_16_gib():
+    """Trainium1: two NeuronCore-v2 per chip sharing 32 GiB, one core per device index (no
+    logical grouping: LNC begins with Trainium2)."""
+    topology = from_env({"TORCH_NEURONX_SIM_CONF": "generation:trn1,chips:2"})
+    assert (topology.generation, topology.logical_nc_config) == ("trn1", 1)
+    assert topology.visible_cores == (0, 1, 2, 3)
+    assert topology.hbm_bytes_per_core == 16 * GiB
+
+
 def test_from_env_reads_os_environ_by_default(monkeypatch):
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3")
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "2")
@@ -231,6 +240,7 @@ def test_from_env_reads_os_environ_by_default(monkeypatch):
     ({"NEURON_LOGICAL_NC_CONFIG": "4"}, "NEURON_LOGICAL_NC_CONFIG"),
     ({"NEURON_LOGICAL_NC_CONFIG": "x"}, "NEURON_LOGICAL_NC_CONFIG"),
     ({"TORCH_NEURONX_SIM_CONF": "generation:inf2"}, "TORCH_NEURONX_SIM_CONF: generation:inf2"),
+    ({"TORCH_NEURONX_SIM_CONF": "generation:trn1", "NEURON_LOGICAL_NC_CONFIG": "2"}, "1 on trn1"),
     ({"TORCH_NEURONX_SIM_CONF": "chips:-1"}, "TORCH_NEURONX_SIM_CONF: chips:-1"),
     ({"NEURON_RT_NUM_CORES": "5"}, "NEURON_RT_NUM_CORES"),
     ({"NEURON_RT_NUM_CORES": "-1"}, "NEURON_RT_NUM_CORES"),

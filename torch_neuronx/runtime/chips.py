@@ -2,6 +2,9 @@
 
 Every other module (topology, the kernel simulator's and the profiler's cost models, the compile
 cost counter) reads them from here. Sources (AWS Neuron documentation):
+[T1] about-neuron/arch/neuron-hardware/trainium.rst (Trainium chip, trn1)
+[N2] about-neuron/arch/neuron-hardware/neuron-core-v2.rst (NeuronCore-v2, trn1 and inf2)
+[K1] nki/guides/architecture/trainium_inferentia2_arch.rst (Trainium/Inferentia2 Architecture Guide for NKI)
 [T2] about-neuron/arch/neuron-hardware/trainium2.rst (Trainium2 chip)
 [T3] about-neuron/arch/neuron-hardware/trainium3.rst (Trainium3 chip)
 [N3] about-neuron/arch/neuron-hardware/neuron-core-v3.rst (NeuronCore-v3)
@@ -55,6 +58,28 @@ def _frozen(**values: float) -> Mapping[str, float]:
     return MappingProxyType(values)
 
 
+TRN1 = Chip(
+    name="trn1", physical_cores=2,  # [T1] two NeuronCore-v2 (inf2's chip has the same cores [K1])
+    # [K1]: TensorE "BF16, FP16, TF32, and cFP8 ... at a maximum throughput of 92 TFLOPS, as well as
+    # 23 TFLOPS for FP32" per NeuronCore-v2 ([T1] rounds the chip to 190 and 47.5); cFP8 runs at
+    # the BF16 rate.
+    tensor_flops=_frozen(**{BF16: 92e12, FP32: 23e12, FP8: 92e12}),
+    vector_flops=2.3e12,  # [N2] "The VectorEngine ... delivers 2.3 TFLOPS of FP32 computations"
+    scalar_flops=2.9e12,  # [N2] "The ScalarEngine ... delivers 2.9 TFLOPS of FP32 computations"
+    gpsimd_flops=0.575e12,  # not published: a quarter of VectorE, as for trn2
+    # [K1] "data-path width and frequency" table (GHz): Tensor 2.8, Vector 1.12, Scalar/GpSimd 1.4.
+    engine_clock_hz=_frozen(tensor=2.8e9, vector=1.12e9, scalar=1.4e9, gpsimd=1.4e9),
+    lane_elements_per_cycle=_frozen(vector=128, scalar=128, gpsimd=128),  # [K1] "128 input/output"
+    partitions=128,
+    sbuf_bytes=24 * MiB,  # [K1] "a 24MiB SBUF" (192 KiB per partition)
+    psum_bytes=2 * MiB,   # [K1] "a 2MiB PSUM" (16 KiB per partition)
+    hbm_bytes=32 * GiB,   # [T1]
+    hbm_bytes_per_s=820e9,  # [T1]/[K1] 820 GB/s
+    dma_bytes_per_s=1e12,   # [T1] "1 TB/sec of DMA bandwidth"
+    # ASSUMED: [T1] gives no NeuronLink-v2 figure (four links per chip [K1]); half of NeuronLink-v3's.
+    interconnect_bytes_per_s=0.64e12,
+)
+
 TRN2 = Chip(
     name="trn2", physical_cores=8,  # [T2] eight NeuronCore-v3
     # [K2]/[N3]: "158 FP8, 79 BF16/FP16/TF32 and 20 FP32 dense TFLOPS" per NeuronCore-v3 TensorE.
@@ -105,7 +130,7 @@ TRN3 = Chip(
     interconnect_bytes_per_s=2.56e12,  # [T3] NeuronLink-v4, 2.56 TB/sec per device
 )
 
-CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN2, TRN3)})
+CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN1, TRN2, TRN3)})
 
 
 @dataclass(frozen=True)
