@@ -13,11 +13,19 @@ OPTIONS = {
 }
 
 
+# The values an option may take, where they are a closed set.
+CHOICES = {"attention": ("paged_kernel", "sdpa", "nki")}
+
+
 def neuron_option(vllm_config: Any, name: str, default: Any = None) -> Any:
-    """The value of option `name`, or `default`; an unknown option is an error that lists them."""
+    """The value of option `name`, or `default`; an unknown option, or a value outside the
+    option's CHOICES, is an error that lists what is allowed."""
     given = (vllm_config.additional_config or {}).get("neuron_config") or {}
     unknown = sorted(set(given) - set(OPTIONS))
     if unknown:
         raise ValueError(f"vllm_neuron: unknown neuron_config option(s) {unknown}; the options are: "
                          + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
-    return given.get(name, default)
+    value = given.get(name, default)
+    if name in given and name in CHOICES and value not in CHOICES[name]:
+        raise ValueError(f"vllm_neuron: neuron_config {name}={value!r}; use one of {list(CHOICES[name])}")
+    return value

@@ -86,8 +86,6 @@ class NeuronPlatform(Platform):
         from vllm_neuron.kernel_attention import NeuronKernelAttentionBackend
         from vllm_neuron.options import neuron_option
         choice = neuron_option(get_current_vllm_config(), "attention", "paged_kernel")
-        if choice not in ("paged_kernel", "sdpa", "nki"):
-            raise ValueError(f"vllm_neuron: neuron_config attention={choice!r}; use 'paged_kernel', 'sdpa' or 'nki'")
         head_size, block_size = attn_selector_config.head_size, attn_selector_config.block_size or DEFAULT_BLOCK_SIZE
         kernel_fits = head_size in NeuronKernelAttentionBackend.get_supported_head_sizes() and block_size % 32 == 0
         if choice == "paged_kernel" and cpu_kernels.available() and kernel_fits:

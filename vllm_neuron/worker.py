@@ -18,7 +18,11 @@ from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
 
-from vllm_neuron import cpu_kernels, moe, rotary  # noqa: F401  (moe registers the MoE method before the model is built)
+from vllm_neuron import (
+    cpu_kernels,
+    moe,  # noqa: F401  (registers the MoE method before the model is built)
+    rotary,
+)
 from vllm_neuron.model_runner import NeuronModelRunner
 
 if cpu_kernels.available():

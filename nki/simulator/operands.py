@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from torch_neuronx.runtime.chips import CHIPS
+
 from ..dtypes import as_dtype
 from ..errors import NKIError
 from . import instructions as _ins
@@ -13,7 +15,7 @@ from .context import current
 from .tile import Tile
 
 FP32_MIN = float(np.finfo(np.float32).min)
-GENERATIONS = {"trn1": 2, "trn2": 3, "trn3": 4}
+GENERATIONS = {name: chip.neuron_core for name, chip in CHIPS.items()}  # chip -> NeuronCore-v<N>
 
 
 def tile(x: Any, what: str, role: str) -> Tile:
@@ -67,12 +69,17 @@ def need_buffer(what: str, role: str, x: Tile, buffers: tuple[str, ...]) -> None
                        f"{x.buffer.upper()} tile (copy it with nisa.tensor_copy)")
 
 
+def _oldest_with(generation: int) -> str:
+    """The oldest simulated chip whose NeuronCore is at least v`generation`."""
+    return min((v, name) for name, v in GENERATIONS.items() if v >= generation)[1]
+
+
 def need_generation(what: str, generation: int) -> None:
     """Instructions that exist only from NeuronCore-v`generation` (trn1 is v2, trn2 v3, trn3 v4)."""
     name = current().config.name
     if GENERATIONS.get(name, 3) < generation:
         raise NKIError("nc-version", f"{what} is available on NeuronCore-v{generation} and newer only; the "
-                       f"simulated core is {name} (run with hardware='{'trn3' if generation == 4 else 'trn2'}')")
+                       f"simulated core is {name} (run with hardware='{_oldest_with(generation)}')")
 
 
 def new_dtype(dtype: Any, default: np.dtype) -> np.dtype:

@@ -32,6 +32,7 @@ class Chip:
     """One Trainium generation: per-physical-core engine figures and per-chip memory/interconnect."""
 
     name: str
+    neuron_core: int  # NeuronCore-v<neuron_core>: the instruction set's generation
     physical_cores: int
     # Per physical NeuronCore.
     tensor_flops: Mapping[str, float]      # dense TensorE FLOP/s by rate class (BF16, FP32, FP8)
@@ -59,7 +60,7 @@ def _frozen(**values: float) -> Mapping[str, float]:
 
 
 TRN1 = Chip(
-    name="trn1", physical_cores=2,  # [T1] two NeuronCore-v2 (inf2's chip has the same cores [K1])
+    name="trn1", neuron_core=2, physical_cores=2,  # [T1] two NeuronCore-v2 (inf2's chip has the same cores [K1])
     # [K1]: TensorE "BF16, FP16, TF32, and cFP8 ... at a maximum throughput of 92 TFLOPS, as well as
     # 23 TFLOPS for FP32" per NeuronCore-v2 ([T1] rounds the chip to 190 and 47.5); cFP8 runs at
     # the BF16 rate.
@@ -81,7 +82,7 @@ TRN1 = Chip(
 )
 
 TRN2 = Chip(
-    name="trn2", physical_cores=8,  # [T2] eight NeuronCore-v3
+    name="trn2", neuron_core=3, physical_cores=8,  # [T2] eight NeuronCore-v3
     # [K2]/[N3]: "158 FP8, 79 BF16/FP16/TF32 and 20 FP32 dense TFLOPS" per NeuronCore-v3 TensorE.
     tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 158e12}),
     vector_flops=1.0e12,  # [K2]/[N3] "Vector Engine delivers a total of 1.0 TFLOPS of FP32"
@@ -105,7 +106,7 @@ TRN2 = Chip(
 )
 
 TRN3 = Chip(
-    name="trn3", physical_cores=8,  # [T3] eight NeuronCore-v4
+    name="trn3", neuron_core=4, physical_cores=8,  # [T3] eight NeuronCore-v4
     # [N4]/[K3]: 315 MXFP8/MXFP4 TFLOPS, 79 BF16/FP16/TF32 and 20 FP32 per NeuronCore-v4 TensorE;
     # [T3] lists FP8 at the MXFP8 chip rate (2,517 TFLOPS = 8 x 315), so FP8 runs at 315.
     tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 315e12}),
