@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_neuronx.runtime.chips import BF16, CHIPS, FP8, FP32, TRN2 as _TRN2, logical_core
+from torch_neuronx.runtime.chips import BF16, CHIPS, FP8, FP32, MX, TRN2 as _TRN2, logical_core
 
 TENSOR, VECTOR, SCALAR, GPSIMD, DMA = "TensorE", "VectorE", "ScalarE", "GpSimd", "DMA"
 ENGINES = (TENSOR, VECTOR, SCALAR, GPSIMD, DMA)
@@ -44,6 +44,7 @@ class HardwareConfig:
     tensor_flops_bf16: float = _CORE.tensor_flops[BF16]
     tensor_flops_fp32: float = _CORE.tensor_flops[FP32]
     tensor_flops_fp8: float = _CORE.tensor_flops[FP8]
+    tensor_flops_mx: float = 0.0                    # MXFP8/MXFP4: NeuronCore-v4 only
     vector_flops: float = _CORE.vector_flops
     scalar_flops: float = _CORE.scalar_flops
     gpsimd_flops: float = _CORE.gpsimd_flops
@@ -72,7 +73,8 @@ class HardwareConfig:
                    sbuf_bytes_per_partition=chip.sbuf_bytes // chip.partitions,
                    psum_bytes_per_partition=chip.psum_bytes // chip.partitions,
                    tensor_flops_bf16=core.tensor_flops[BF16], tensor_flops_fp32=core.tensor_flops[FP32],
-                   tensor_flops_fp8=core.tensor_flops[FP8], vector_flops=core.vector_flops,
+                   tensor_flops_fp8=core.tensor_flops[FP8], tensor_flops_mx=core.tensor_flops.get(MX, 0.0),
+                   vector_flops=core.vector_flops,
                    scalar_flops=core.scalar_flops, gpsimd_flops=core.gpsimd_flops,
                    vector_elements_per_s=core.lane_elements_per_s["vector"],
                    scalar_elements_per_s=core.lane_elements_per_s["scalar"],
@@ -91,10 +93,17 @@ _HALF = ("bfloat16", "float16", "half")
 
 
 def tensor_rate(config: HardwareConfig, dtype: np.dtype | str) -> float:
-    """TensorE FLOP/s for matmul inputs of ``dtype``: fp8 types at the fp8 rate, 16-bit floats
-    at the bf16 rate, anything else (fp32, integers) at the fp32 rate."""
+    """TensorE FLOP/s for matmul inputs of ``dtype``: microscaling formats (``"mx"``, the packed
+    ``*_x4`` MXFP8 and fp4 types) at the MX rate where the generation has one, fp8 types at the fp8
+    rate, 16-bit floats at the bf16 rate, anything else (fp32, integers: no integer TensorE path)
+    at the fp32 rate."""
     name = (dtype if isinstance(dtype, str) else np.dtype(dtype).name).lower()
-    if name.startswith("float8"):
+    if name == MX or name.endswith("_x4") or name.startswith("float4"):
+        if not config.tensor_flops_mx:
+            raise ValueError(f"{config.name} has no microscaling (MX) matmul: MXFP8/MXFP4 need trn3 "
+                             f"(NeuronCore-v4); use fp8 or bf16 on {config.name}")
+        return config.tensor_flops_mx
+    if name.startswith("float8") or name == FP8:
         return config.tensor_flops_fp8
     return config.tensor_flops_bf16 if name in _HALF else config.tensor_flops_fp32
 

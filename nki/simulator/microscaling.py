@@ -20,7 +20,6 @@ from ..dtypes import (
     PACKED_X4,
     bfloat16,
     dtype_name,
-    float8_e4m3fn,
     float8_e4m3fn_x4,
     float8_e5m2_x4,
     float8_e8m0fnu,
@@ -206,8 +205,8 @@ def matmul_mx(dst: Any, stationary: Any, moving: Any, stationary_scale: Any, mov
         out = target.data.astype(np.float32) + out
     _ins.emit(out, float32, target, "nc_matmul_mx")
     # Each PE multiplies four MX pairs per cycle: N moving columns carry 4x the FLOPs of a bf16 pass,
-    # streamed at the FP8 rate of the cost model.
+    # streamed at the MX rate of the cost model.
     ctx = current()
     ctx.record(cm.TENSOR, "matmul_mx", (k, m, n), dtype_name(st.dtype),
-               cm.matmul_seconds(ctx.config, 4 * n, float8_e4m3fn), flops=2 * 4 * k * m * n)
+               cm.matmul_seconds(ctx.config, 4 * n, cm.MX), flops=2 * 4 * k * m * n)
     return target

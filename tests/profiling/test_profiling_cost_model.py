@@ -241,7 +241,13 @@ def test_logical_core_rates_are_the_physical_figures_times_the_grouping():
 
 def test_trn3_uses_its_own_published_figures():
     trn2, trn3 = cost_model.hardware("trn2"), cost_model.hardware("trn3")
-    assert trn3.tensor_flops_fp8 == 2 * 315e12 and trn2.tensor_flops_fp8 == 2 * 158e12
+    # Plain FP8 is 2x BF16 on both; only trn3 has the MX formats, at 4x.
+    assert trn3.tensor_flops_fp8 == 2 * 158e12 and trn2.tensor_flops_fp8 == 2 * 158e12
+    assert trn3.tensor_flops_mx == 2 * 315e12 and trn2.tensor_flops_mx == 0.0
+    assert cost_model.tensor_rate(trn3, "float8_e4m3fn_x4") == 2 * 315e12
+    with pytest.raises(ValueError, match="trn2 has no microscaling"):
+        cost_model.tensor_rate(trn2, "mx")
+    assert cost_model.tensor_rate(trn3, "int8") == trn3.tensor_flops_fp32
     assert trn3.vector_flops == 2 * 1.2e12 and trn2.vector_flops == 2 * 1.0e12
     fp8 = ("aten::mm", call([t(4096, 4096, dtype="Float8_e4m3fn")] * 2, [t(4096, 4096, dtype="BFloat16")]))
     est = cost_model.estimate(*fp8, trn3)

@@ -24,7 +24,10 @@ from typing import Mapping
 
 MiB, GiB = 1 << 20, 1 << 30
 
-BF16, FP32, FP8 = "bf16", "fp32", "fp8"  # TensorE rate classes: bf16 also covers fp16 and tf32
+# TensorE rate classes: bf16 also covers fp16 and tf32; fp8 is plain (per-tensor/per-row scaled)
+# FP8; mx is the microscaling formats (MXFP8/MXFP4, blocks of 32 with E8M0 scales), which only
+# NeuronCore-v4 has. INT8 has no integer TensorE path (converted to FP32): the fp32 rate.
+BF16, FP32, FP8, MX = "bf16", "fp32", "fp8", "mx"
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Chip:
     neuron_core: int  # NeuronCore-v<neuron_core>: the instruction set's generation
     physical_cores: int
     # Per physical NeuronCore.
-    tensor_flops: Mapping[str, float]      # dense TensorE FLOP/s by rate class (BF16, FP32, FP8)
+    tensor_flops: Mapping[str, float]      # dense TensorE FLOP/s by rate class (BF16, FP32, FP8, MX)
     vector_flops: float                    # VectorE FP32 FLOP/s
     scalar_flops: float                    # ScalarE FP32 FLOP/s
     gpsimd_flops: float                    # GpSimd FLOP/s (ASSUMED: not published)
@@ -107,9 +110,11 @@ TRN2 = Chip(
 
 TRN3 = Chip(
     name="trn3", neuron_core=4, physical_cores=8,  # [T3] eight NeuronCore-v4
-    # [N4]/[K3]: 315 MXFP8/MXFP4 TFLOPS, 79 BF16/FP16/TF32 and 20 FP32 per NeuronCore-v4 TensorE;
-    # [T3] lists FP8 at the MXFP8 chip rate (2,517 TFLOPS = 8 x 315), so FP8 runs at 315.
-    tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 315e12}),
+    # [N4]/[K3]: 315 MXFP8/MXFP4 TFLOPS, 79 BF16/FP16/TF32 and 20 FP32 per NeuronCore-v4 TensorE.
+    # Plain FP8 is not MX: [K3] describes the data path as "8x128 (MXFP8) or 2x128 (non-MXFP8)"
+    # and nc_matmul keeps FP8 double_row on NeuronCore-v4, so plain FP8 runs at 2x BF16 (158) and
+    # only the MX formats at 4x ([T3]'s 2,517 FP8 chip TFLOPS = 8 x 315 is the MXFP8 rate).
+    tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 158e12, MX: 315e12}),
     vector_flops=1.2e12,  # [N4]/[K3] "Vector Engine delivers a total of 1.2 TFLOPS of FP32"
     scalar_flops=1.2e12,  # [N4] "Scalar Engines ... deliver a total of 1.2 TFLOPS of FP32"
     # Not published either ([K3] gives a 128 elements/cycle data path at 1.2 GHz, no FLOP rate):
@@ -132,6 +137,41 @@ TRN3 = Chip(
 )
 
 CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN1, TRN2, TRN3)})
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One EC2 instance type: how many chips it holds, its network between instances and its price.
+
+    Prices are on-demand US East (N. Virginia) list prices per instance-hour, as published on the
+    page and date given (``price_source``); they change: the estimator prints the date."""
+
+    name: str
+    chip: Chip
+    chips: int
+    efa_bytes_per_s: float   # EFA network bandwidth per instance (0: no EFA, one instance only)
+    price_per_hour: float
+    price_source: str
+
+
+# [I1] aws.amazon.com/ec2/instance-types/trn1 ("Trn1 instances ... up to 16 Trainium chips ...
+#      800 Gbps" / trn1n "1600 Gbps of EFA networking bandwidth")
+# [I2] aws.amazon.com/ec2/instance-types/inf2 (inf2.48xlarge: 12 Inferentia2 chips, 100 Gbps)
+# [I3] aws.amazon.com/ec2/instance-types/trn2 (trn2.48xlarge: 16 Trainium2 chips, 3.2 Tbps EFAv3)
+# [I4] aws.amazon.com/ec2/instance-types/trn3 (Trn3 UltraServer: 144 Trainium3 chips)
+# [P1] aws.amazon.com/ec2/pricing/on-demand (us-east-1), read 2026-12-07
+_GBPS = 1e9 / 8
+INSTANCES: Mapping[str, Instance] = MappingProxyType({i.name: i for i in (
+    Instance("trn1.2xlarge", TRN1, 1, 0.0, 1.34, "[P1] 2026-12-07"),
+    Instance("trn1.32xlarge", TRN1, 16, 800 * _GBPS, 21.50, "[P1] 2026-12-07"),
+    Instance("trn1n.32xlarge", TRN1, 16, 1600 * _GBPS, 24.78, "[P1] 2026-12-07"),
+    # Inferentia2 has Trainium's NeuronCore-v2 and memory per chip [K1]: the trn1 facts.
+    Instance("inf2.48xlarge", TRN1, 12, 0.0, 12.98, "[P1] 2026-12-07"),
+    Instance("trn2.48xlarge", TRN2, 16, 3200 * _GBPS, 46.98, "[P1] 2026-12-07"),
+    Instance("trn3.48xlarge", TRN3, 16, 3200 * _GBPS, 0.0, "not published (2026-12-07)"),
+)})
+DEFAULT_INSTANCE: Mapping[str, str] = MappingProxyType({"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge",
+                                                        "trn3": "trn3.48xlarge"})
 
 
 @dataclass(frozen=True)
