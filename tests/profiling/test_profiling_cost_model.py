@@ -361,7 +361,7 @@ def test_a_collective_is_a_ring_on_the_cores_share_of_the_chips_neuronlink():
     chip's published NeuronLink bandwidth (2 of 8 physical cores), plus the assumed latency of
     each of the ring's 2(n-1) steps; trn3's link (2.56 TB/s against 1.28) halves the transfer."""
     n, size = 4, 64 << 20
-    message = {"bytes": size, "bus_factor": 2 * (n - 1) / n, "ring_steps": 2 * (n - 1)}
+    message = {"collective": "all_reduce", "group_size": n, "bytes": size}
     for generation, link in (("trn2", 1.28e12), ("trn3", 2.56e12)):
         est = cost_model.estimate_collective(message, generation, logical_nc_config=2)
         transfer = size * 1.5 / (link * 2 / 8)

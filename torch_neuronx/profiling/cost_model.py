@@ -19,8 +19,8 @@ whose figures are its physical cores' summed engine rates and HBM share
 - CPU fallbacks cost their measured host time plus the transfer of their bytes over the
   host link (their own copies are not described, so not counted twice);
 - collectives run on the chip-to-chip interconnect (NeuronLink) as rings: the bus bytes through
-  the core's share of the chip's link bandwidth plus an assumed latency per ring step
-  (:func:`estimate_collective`);
+  the core's share of the chip's link bandwidth plus an assumed latency per ring step, and
+  between instances hierarchically over EFA (:func:`collective_seconds`);
 - compiled graphs: their matrix FLOPs on TensorE (counted at compile time,
   :mod:`torch_neuronx.compile.cost`) against their inputs read and outputs written.
 """
@@ -36,13 +36,17 @@ from torch.utils.flop_counter import flop_registry
 from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor_rate
 
 from ..compile.cost import GraphCost
+from ..distributed.traffic import traffic
 from ..runtime.chips import logical_core
 
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
 # Latency of one step of a ring collective (a hop between chips and its synchronization): no
 # published figure; an assumption, of the order of NCCL's per-step latency between GPUs.
 COLLECTIVE_STEP_SECONDS = 2e-6
-INTERCONNECT = "NeuronLink"  # the "engine" collectives are estimated on
+# The same for a step between instances over EFA (an assumption: EFA's published round trips are
+# in the tens of microseconds).
+EFA_STEP_SECONDS = 15e-6
+INTERCONNECT, NETWORK = "NeuronLink", "EFA"  # the links collectives are estimated on
 
 # Copy kernels (csrc/shim/tensor_kernels.cpp) by direction: True over the host link, False in HBM.
 _COPY_OVER_HOST_LINK: dict[str, bool] = {"(host to device)": True, "(device to host)": True,
@@ -176,15 +180,60 @@ def estimate_compiled(cost: GraphCost, hw: HardwareConfig) -> Estimate:
                      TENSOR if flops else VECTOR, hw.compute_overhead_cycles / hw.clock_hz)
 
 
+@dataclass(frozen=True)
+class Fabric:
+    """The links a collective's group uses: each rank's share of its chip's NeuronLink inside an
+    instance and of its instance's EFA between instances, with the assumed latency of one ring
+    step on each."""
+
+    ranks_per_instance: int
+    link_bytes_per_s: float
+    efa_bytes_per_s: float = 0.0
+    link_step_s: float = COLLECTIVE_STEP_SECONDS
+    efa_step_s: float = EFA_STEP_SECONDS
+
+
+def fabric(generation: str, logical_nc_config: int, ranks_per_instance: int,
+           efa_bytes_per_s: float = 0.0) -> Fabric:
+    """The fabric of a group with ``ranks_per_instance`` logical cores (one rank each) per instance
+    of ``generation``'s chips, the instance having ``efa_bytes_per_s`` of EFA."""
+    core = logical_core(generation, logical_nc_config)
+    return Fabric(ranks_per_instance, core.interconnect_bytes_per_s,
+                  efa_bytes_per_s / max(ranks_per_instance, 1))
+
+
+def _ring(collective: str, ranks: int, nbytes: float, bytes_per_s: float, step_s: float) -> float:
+    bus, steps = traffic(collective, ranks)
+    return steps * step_s + nbytes * bus / bytes_per_s if ranks > 1 else 0.0
+
+
+def collective_seconds(collective: str, nbytes: float, ranks: int, fab: Fabric) -> dict[str, float]:
+    """ESTIMATED seconds of ``collective`` (a ``torch.distributed`` name) of ``nbytes`` (nccl-tests'
+    size) over ``ranks``, by link. Inside one instance a ring over NeuronLink; across instances
+    hierarchical, as the Neuron collectives run it: a ring inside each instance on the full size,
+    then a ring between the instances (one rank of each instance per ring, ``ranks_per_instance``
+    rings side by side) on the ``1 / ranks_per_instance`` share each rank holds, over its share of
+    the EFA."""
+    inside = min(ranks, fab.ranks_per_instance)
+    seconds = {INTERCONNECT: _ring(collective, inside, nbytes, fab.link_bytes_per_s, fab.link_step_s)}
+    instances = -(-ranks // inside)
+    if instances > 1:
+        if not fab.efa_bytes_per_s:
+            raise CostModelError(f"{collective} across {instances} instances: the instance has no EFA network")
+        seconds[NETWORK] = _ring(collective, instances, nbytes / inside, fab.efa_bytes_per_s, fab.efa_step_s)
+    return seconds
+
+
 def estimate_collective(call: dict, generation: str, logical_nc_config: int) -> Estimate:
-    """ESTIMATED time of one collective on ``generation``'s interconnect, from the message the
-    backend describes (``bytes``, ``bus_factor``, ``ring_steps``; torch_neuronx/distributed): a
-    ring, in which each rank sends ``bus_factor`` x ``bytes`` through its logical core's share of
-    its chip's NeuronLink bandwidth, plus :data:`COLLECTIVE_STEP_SECONDS` per ring step. All
-    ranks on different chips is the assumption (ranks of one chip would share no link)."""
-    through_link = int(call["bytes"] * call["bus_factor"])
-    seconds = (call["ring_steps"] * COLLECTIVE_STEP_SECONDS
-               + through_link / logical_core(generation, logical_nc_config).interconnect_bytes_per_s)
+    """ESTIMATED time of one collective the backend describes (``collective``, ``group_size``,
+    ``bytes``; torch_neuronx/distributed) on ``generation``'s NeuronLink: a ring, each rank sending
+    its bus share of the bytes through its logical core's share of its chip's link, plus
+    :data:`COLLECTIVE_STEP_SECONDS` per ring step. All ranks on different chips of one instance is
+    the assumption (ranks of one chip would share no link)."""
+    ranks = call["group_size"]
+    seconds = collective_seconds(call["collective"], call["bytes"], ranks,
+                                 fabric(generation, logical_nc_config, ranks))[INTERCONNECT]
+    through_link = int(call["bytes"] * traffic(call["collective"], ranks).bus_factor)
     return Estimate(0, through_link, INTERCONNECT, seconds, "interconnect")
 
 
@@ -193,5 +242,6 @@ def transfer_seconds(bytes_moved: int) -> float:
     return bytes_moved / HOST_LINK_BYTES_PER_S
 
 
-__all__ = ["CostModelError", "Estimate", "estimate", "estimate_copy", "estimate_compiled", "hardware",
+__all__ = ["CostModelError", "Estimate", "Fabric", "collective_seconds", "estimate", "estimate_collective",
+           "estimate_copy", "estimate_compiled", "fabric", "hardware",
            "transfer_seconds", "HOST_LINK_BYTES_PER_S", "TENSOR", "VECTOR", "DMA"]

@@ -1,0 +1,166 @@
+"""ESTIMATED device time of a recorded operator sequence (:mod:`.op_trace`) on one logical core, the
+way it would run compiled or eager.
+
+- **Compiled**: the sequence is one graph cut into fused kernels as a graph compiler cuts it
+  (Inductor's rule, which the Neuron compiler's tiling generalises): each matrix operator and each
+  flash attention is a kernel; the element-wise and reduction operators between two of them (in
+  one phase) fuse into one kernel. A fused kernel reads from HBM only the tensors produced outside
+  it (parameters, inputs, other kernels' results) and writes only what is read outside it or
+  never read again (gradients, outputs); its intermediates stay in SBUF.
+- **Eager**: every operator is a kernel of its own (reads and writes all its tensors) launched by
+  the host, which spends :attr:`Assumptions.host_launch_s` per launch; launches are queued
+  asynchronously, so the device idles only when the host falls behind.
+
+A kernel takes ``max(TensorE, lane engines, HBM) + kernel overhead``: TensorE at the dtype's
+published rate times :attr:`Assumptions.matmul_efficiency`, the lane engines (VectorE and ScalarE
+sharing the element work) at their published element rates, HBM at the core's share of the chip's
+bandwidth times :attr:`Assumptions.hbm_efficiency`. The efficiencies and overheads are
+assumptions FITTED to published measurements (benchmarks/cost_model_validation.py marks the rows
+they were fitted on); every figure is an estimate.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from nki.simulator.cost_model import HardwareConfig, tensor_rate
+
+from .op_trace import ATTENTION, ELEMENTWISE, Op
+
+TENSOR_BOUND, LANE_BOUND, HBM_BOUND, OVERHEAD, HOST = "TensorE", "VectorE/ScalarE", "HBM", "kernel overhead", "host launch"
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """The parameters no chip fact gives. Defaults fitted on the rows marked ``fitted`` in
+    benchmarks/cost_model_validation.py (docs/cost-model.md)."""
+
+    matmul_efficiency: float = 0.55  # fraction of TensorE peak a compiled matmul sustains
+    hbm_efficiency: float = 0.65     # fraction of HBM bandwidth a kernel's DMA sustains
+    kernel_overhead_s: float = 2e-6  # per kernel: DMA descriptors, semaphores, pipeline fill
+    host_launch_s: float = 25e-6     # eager: host time to launch one operator (published eager mode)
+
+
+@dataclass
+class Cost:
+    """Estimated seconds of a set of kernels by what bounds them, with their work; additive."""
+
+    seconds_by_bound: dict[str, float] = field(default_factory=dict)
+    tensor_flops: int = 0
+    bytes_moved: int = 0
+    kernels: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.seconds_by_bound.values())
+
+    @property
+    def bound(self) -> str:
+        """What most of the time is spent on."""
+        return max(self.seconds_by_bound, key=self.seconds_by_bound.get) if self.seconds_by_bound else "-"
+
+    def __add__(self, other: Cost) -> Cost:
+        merged = dict(self.seconds_by_bound)
+        for k, v in other.seconds_by_bound.items():
+            merged[k] = merged.get(k, 0.0) + v
+        return Cost(merged, self.tensor_flops + other.tensor_flops, self.bytes_moved + other.bytes_moved,
+                    self.kernels + other.kernels)
+
+    def __mul__(self, n: float) -> Cost:
+        return Cost({k: v * n for k, v in self.seconds_by_bound.items()}, round(self.tensor_flops * n),
+                    round(self.bytes_moved * n), round(self.kernels * n))
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: Cost) -> Cost:
+        return self + other * -1
+
+
+def fuse(ops: Iterable[Op]) -> list[list[Op]]:
+    """Fused kernels of a compiled graph: matrix operators and attention alone, the element-wise
+    runs between them (within one phase) together."""
+    regions: list[list[Op]] = []
+    for op in ops:
+        joins = (op.kind == ELEMENTWISE and regions and regions[-1][-1].kind == ELEMENTWISE
+                 and regions[-1][-1].phase == op.phase)
+        if joins:
+            regions[-1].append(op)
+        else:
+            regions.append([op])
+    return regions
+
+
+def _traffic(regions: list[list[Op]]) -> list[int]:
+    """HBM bytes of each fused kernel: what it reads from outside plus what it writes for others."""
+    readers: dict[int, set[int]] = defaultdict(set)
+    for r, region in enumerate(regions):
+        for op in region:
+            for sid, _ in op.reads:
+                readers[sid].add(r)
+    moved = []
+    for r, region in enumerate(regions):
+        written: dict[int, int] = {}
+        read: dict[int, int] = {}
+        for op in region:
+            for sid, n in op.reads:
+                if sid not in written:
+                    read[sid] = max(read.get(sid, 0), n)
+            for sid, n in op.writes:
+                written[sid] = max(written.get(sid, 0), n)
+        out = sum(n for sid, n in written.items() if readers[sid] - {r} or not readers[sid])
+        moved.append(sum(read.values()) + out)
+    return moved
+
+
+def _kernel(ops: list[Op], moved: int, hw: HardwareConfig, a: Assumptions, matmul_dtype: str | None) -> Cost:
+    tensor = lanes = 0.0
+    flops = 0
+    for op in ops:
+        if op.tensor_flops:
+            dtype = matmul_dtype if matmul_dtype and op.kind != ATTENTION else op.dtype
+            tensor += op.tensor_flops / (tensor_rate(hw, dtype) * a.matmul_efficiency)
+            flops += op.tensor_flops
+        lanes += op.lane_elements / (hw.vector_elements_per_s + hw.scalar_elements_per_s)
+    memory = moved / (hw.dma_bytes_per_s * a.hbm_efficiency)
+    busy = {TENSOR_BOUND: tensor, LANE_BOUND: lanes, HBM_BOUND: memory}
+    bound = max(busy, key=busy.get)
+    return Cost({bound: busy[bound], OVERHEAD: a.kernel_overhead_s}, flops, moved, 1)
+
+
+def _narrow_matmul_reads(region: list[Op], moved: int, matmul_dtype: str | None) -> int:
+    """A matrix operator whose operands are quantized to 8 bits reads half its bf16 bytes."""
+    if matmul_dtype is None or region[0].kind == ELEMENTWISE or region[0].kind == ATTENTION:
+        return moved
+    return moved - sum(n for _, n in region[0].reads) // 2
+
+
+def compiled(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
+             matmul_dtype: str | None = None) -> dict[str, Cost]:
+    """Estimated cost per phase of ``ops`` as one compiled graph (``matmul_dtype``: the matrix
+    operators' operands in that dtype, e.g. ``"float8_e4m3fn"``, instead of their recorded one)."""
+    regions = fuse(ops)
+    phases: dict[str, Cost] = defaultdict(Cost)
+    for region, moved in zip(regions, _traffic(regions)):
+        phases[region[0].phase] += _kernel(region, _narrow_matmul_reads(region, moved, matmul_dtype), hw, a,
+                                           matmul_dtype)
+    return dict(phases)
+
+
+def eager(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
+          matmul_dtype: str | None = None) -> dict[str, Cost]:
+    """Estimated cost per phase of ``ops`` run eagerly: one kernel per operator, launched
+    asynchronously by a host spending ``host_launch_s`` per launch; the device's idle time
+    waiting for launches is charged to :data:`HOST`."""
+    phases: dict[str, Cost] = defaultdict(Cost)
+    host = device = 0.0
+    for op in ops:
+        region = [op]
+        moved = _narrow_matmul_reads(region, sum(n for _, n in op.reads) + sum(n for _, n in op.writes),
+                                     matmul_dtype)
+        cost = _kernel(region, moved, hw, a, matmul_dtype)
+        host += a.host_launch_s
+        idle = max(0.0, host - device)
+        device += idle + cost.seconds
+        phases[op.phase] += cost + Cost({HOST: idle})
+    return dict(phases)

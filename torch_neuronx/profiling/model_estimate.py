@@ -1,0 +1,472 @@
+"""ESTIMATED time and price of a whole model's training step, prefill or decode step on trn1, trn2
+or trn3, without allocating the model (``python -m torch_neuronx.estimate``; docs/cost-model.md).
+
+How an estimate is made:
+1. The model is built on the ``meta`` device (a Hugging Face config, a preset name from
+   :mod:`.model_configs`, or an import path) with tensor parallelism applied the way NeuronX
+   Distributed shards a decoder: each rank holds ``1/tp`` of the attention heads, the MLP width
+   and the vocabulary (K/V heads are replicated when there are fewer than ``tp``).
+2. Its operators are recorded (:mod:`.op_trace`) for a model of one and of two layers; the
+   difference is one layer, so a model of any depth (an 80-layer 70B) costs two small recordings.
+3. Each recording is costed as a compiled graph from its fused kernels, or eagerly per launch
+   (:mod:`.graph_estimate`), on one logical core of the generation (``runtime/chips.py``).
+4. Collectives are added where the parallelism puts them (:func:`.cost_model.collective_seconds`):
+   two all-reduces of the activations per layer and direction for tensor parallelism (plus one
+   for the vocabulary-parallel embedding), point-to-point activations between pipeline stages,
+   the gradients' all-reduce over the data-parallel replicas; the optimizer (AdamW, ZeRO-1
+   sharded over the replicas) is a pass over its state at HBM bandwidth.
+5. A training step runs ``M = global_batch / (dp * batch)`` micro-batches; with ``pp`` stages,
+   1F1B's ``pp - 1`` micro-batch bubble is added. Tokens/s, MFU (model FLOPs over the peak of the
+   dtype on every core used) and dollars per million tokens (the instance's list price,
+   :data:`.runtime.chips.INSTANCES`) follow.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..runtime import chips
+from . import graph_estimate, op_trace
+from .cost_model import collective_seconds, fabric, hardware
+from .graph_estimate import Assumptions, Cost
+from .model_configs import PRESETS
+
+TRAIN, PREFILL, DECODE = "train", "prefill", "decode"
+WORKLOADS = (TRAIN, PREFILL, DECODE)
+_ATTENTION = "neuron_estimate"  # the Hugging Face attention implementation the recording uses
+_MATMUL_DTYPES = {"bf16": None, "fp8": "float8_e4m3fn", "mxfp8": "mx"}
+_PEAK_CLASS = {"bf16": chips.BF16, "fp8": chips.FP8, "mxfp8": chips.MX}
+# AdamW with fp32 master weights: reads the parameter, gradient and two moments (fp32) and writes
+# the parameter, the moments and the bf16 copy the model computes with.
+OPTIMIZER_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2
+OPTIMIZER_ELEMENTS_PER_PARAM = 12  # lane-engine operations per parameter of one AdamW update
+GRAD_BYTES = 2  # gradients are all-reduced in bf16
+ACTIVATION_BYTES = 2  # activations exchanged by collectives are bf16
+
+
+class EstimateError(ValueError):
+    """A model or configuration the estimator cannot estimate; the message says what to do."""
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+def load_config(model: Any) -> Any:
+    """A Hugging Face config from a preset name (:data:`.model_configs.PRESETS`), a ``config.json``
+    path or a directory holding one, a dict of its fields, or a config; anything else (an
+    ``nn.Module`` factory) is returned as is."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(model, PretrainedConfig) or callable(model):
+        return model
+    if isinstance(model, dict):
+        fields = dict(model)
+        return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    if isinstance(model, str):
+        if model in PRESETS:
+            return load_config(dict(PRESETS[model]))
+        path = os.path.join(model, "config.json") if os.path.isdir(model) else model
+        if os.path.isfile(path):
+            with open(path) as f:
+                return load_config(json.load(f))
+        if ":" in model:
+            module, _, attr = model.partition(":")
+            return load_config(getattr(importlib.import_module(module), attr))
+    raise EstimateError(f"estimate: cannot read a model from {model!r}: pass a preset ({', '.join(sorted(PRESETS))}), "
+                        "a config.json or its directory, or an import path 'package.module:factory'")
+
+
+def _layers(config: Any) -> int:
+    return int(config.num_hidden_layers)
+
+
+def _with_layers(config: Any, n: int) -> Any:
+    """``config`` with ``n`` layers (per-layer type lists cut to match)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = n
+    for name in ("layer_types", "mlp_only_layers"):
+        value = getattr(config, name, None)
+        if isinstance(value, list):
+            setattr(config, name, value[:n])
+    return config
+
+
+def shard_config(config: Any, tp: int) -> Any:
+    """One tensor-parallel rank's share of a decoder: ``1/tp`` of the query heads, the MLP width and
+    the vocabulary; the K/V heads divided too, or replicated to one per rank when fewer than ``tp``."""
+    if tp == 1:
+        return config
+    heads = getattr(config, "num_attention_heads", None)
+    if heads is None or getattr(config, "intermediate_size", None) is None:
+        raise EstimateError(f"estimate: tensor parallelism of {type(config).__name__} is not modelled (it needs "
+                            "num_attention_heads and intermediate_size); use tp=1")
+    if heads % tp or config.intermediate_size % tp:
+        raise EstimateError(f"estimate: tp={tp} does not divide {heads} attention heads and intermediate size "
+                            f"{config.intermediate_size}: choose a tensor-parallel degree that divides both")
+    shard = copy.deepcopy(config)
+    shard.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    shard.num_attention_heads = heads // tp
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    shard.num_key_value_heads = max(1, kv // tp)
+    shard.intermediate_size = config.intermediate_size // tp
+    shard.vocab_size = -(-config.vocab_size // tp)
+    return shard
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(_ATTENTION, op_trace.hf_flash_attention)
+    AttentionMaskInterface.register(_ATTENTION, lambda *args, **kwargs: None)  # the kernel masks itself
+
+
+def _build(config: Any) -> torch.nn.Module:
+    with torch.device("meta"):
+        if callable(config):
+            model = config()
+            if not isinstance(model, torch.nn.Module):
+                raise EstimateError(f"estimate: {config!r} returned {type(model).__name__}, not an nn.Module")
+            return model.to(torch.bfloat16)
+        from transformers import AutoModelForCausalLM
+
+        _register_attention()
+        config = copy.deepcopy(config)
+        config._attn_implementation = _ATTENTION
+        return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation=_ATTENTION)
+
+
+def _logits(out: Any) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _run(model: torch.nn.Module, workload: str, batch: int, seq_len: int, context_len: int, hf: bool) -> list[op_trace.Op]:
+    """The operators of one workload of ``model`` (meta)."""
+    def train(recorder: op_trace.OpRecorder) -> None:
+        ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+        out = model(input_ids=ids, labels=ids) if hf else model(ids)
+        loss = out.loss if hf else _logits(out).float().mean()  # a stand-in loss for a plain module
+        recorder.phase = "backward"
+        loss.backward()
+
+    def infer(recorder: op_trace.OpRecorder) -> None:
+        with torch.no_grad():
+            if not hf:
+                model(torch.zeros(batch, seq_len if workload == PREFILL else 1, dtype=torch.long, device="meta"))
+                return
+            from transformers import StaticCache
+
+            # A static cache the size of the context (as Neuron serving pre-allocates it): decode
+            # reads all of it and writes one position.
+            cache = StaticCache(config=model.config, max_cache_len=max(context_len, seq_len))
+            if workload == PREFILL:
+                ids, position = torch.zeros(batch, seq_len, dtype=torch.long, device="meta"), torch.arange(seq_len)
+            else:
+                ids, position = torch.zeros(batch, 1, dtype=torch.long, device="meta"), torch.tensor([context_len - 1])
+            model(input_ids=ids, past_key_values=cache, cache_position=position.to("meta"), use_cache=True,
+                  logits_to_keep=1)
+
+    return op_trace.record(train if workload == TRAIN else infer)
+
+
+# --- the estimate ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    """One line of the estimate: a part of the step, its ESTIMATED seconds and what bounds it."""
+
+    name: str
+    cost: Cost
+
+    @property
+    def seconds(self) -> float:
+        return self.cost.seconds
+
+    @property
+    def bound(self) -> str:
+        return self.cost.bound
+
+
+@dataclass
+class ModelEstimate:
+    """An ESTIMATE of one step of a model on a Trainium configuration."""
+
+    model: str
+    workload: str
+    generation: str
+    instance: str
+    instances: int
+    chips: int
+    logical_nc_config: int
+    cores: int
+    tp: int
+    pp: int
+    dp: int
+    batch: int
+    global_batch: int
+    seq_len: int
+    context_len: int
+    dtype: str
+    mode: str
+    parameters: int
+    phases: list[Phase]
+    tokens_per_step: int
+    model_flops: float
+    peak_flops_per_core: float
+    price_per_hour: float
+    price_source: str
+    facts: list[tuple[str, str, str]] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        """The step: a training step, the time to first token (prefill) or per output token (decode)."""
+        return sum(p.seconds for p in self.phases)
+
+    @property
+    def bound(self) -> str:
+        total = sum((p.cost for p in self.phases), Cost())
+        return total.bound
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.seconds
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: the model's FLOPs over the dtype's TensorE peak of every core."""
+        return self.model_flops / (self.seconds * self.cores * self.peak_flops_per_core)
+
+    @property
+    def dollars_per_million_tokens(self) -> float | None:
+        if not self.price_per_hour:
+            return None
+        return self.price_per_hour * self.instances / 3600 / self.tokens_per_s * 1e6
+
+    def table(self) -> str:
+        """The estimate as text: per-phase time and bound, the totals, the chip facts and the
+        assumptions used."""
+        step = {TRAIN: "training step", PREFILL: "prefill (time to first token)",
+                DECODE: "decode step (time per output token)"}[self.workload]
+        lines = [f"ESTIMATE (cost model, not a measurement): {self.model}, {step}, {self.mode}",
+                 f"  {self.instances} x {self.instance} ({self.chips} {self.generation} chips, {self.cores} logical cores "
+                 f"of {self.logical_nc_config} physical), tp={self.tp} pp={self.pp} dp={self.dp}, {self.dtype}, "
+                 f"batch {self.batch} per replica" + (f", global batch {self.global_batch}" if self.workload == TRAIN else "")
+                 + f", {'context' if self.workload == DECODE else 'sequence'} {self.context_len if self.workload == DECODE else self.seq_len}",
+                 f"  {self.parameters / 1e9:.2f} B parameters", "",
+                 f"  {'phase':<44}{'ms':>12}{'share':>8}  bound"]
+        for p in self.phases:
+            lines.append(f"  {p.name:<44}{p.seconds * 1e3:>12.3f}{p.seconds / self.seconds:>8.1%}  {p.bound}")
+        price = self.dollars_per_million_tokens
+        lines += [f"  {'total':<44}{self.seconds * 1e3:>12.3f}{1:>8.0%}  {self.bound}", "",
+                  f"  tokens/s {self.tokens_per_s:,.0f}   MFU {self.mfu:.1%}   "
+                  + (f"${price:,.3f} per million tokens at ${self.price_per_hour:.2f}/h ({self.price_source})"
+                     if price is not None else f"price: {self.price_source}"),
+                  "", "  chip facts used (torch_neuronx/runtime/chips.py):"]
+        lines += [f"    {name}: {value}  [{source}]" for name, value, source in self.facts]
+        lines += ["", "  assumptions:"] + [f"    {a}" for a in self.assumptions]
+        return "\n".join(lines)
+
+
+def _collectives(count: float, collective: str, nbytes: float, ranks: int, fab: Any) -> Cost:
+    if ranks <= 1 or count == 0:
+        return Cost()
+    return Cost(collective_seconds(collective, nbytes, ranks, fab)) * count
+
+
+def _placement(per_instance: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
+    """Ranks of each group on one instance, tensor-parallel ranks innermost, then pipeline stages,
+    then replicas (the NeuronX Distributed order)."""
+    return (min(tp, per_instance), min(pp, max(1, per_instance // tp)), min(dp, max(1, per_instance // (tp * pp))))
+
+
+def _facts(chip: chips.Chip, lnc: int, dtype: str, instance: chips.Instance) -> list[tuple[str, str, str]]:
+    core = chips.logical_core(chip, lnc)
+    peak = core.tensor_flops[_PEAK_CLASS[dtype]]
+    return [(f"TensorE {dtype} per logical core", f"{peak / 1e12:.0f} TFLOP/s", f"{chip.name} chip facts"),
+            ("VectorE + ScalarE elements per logical core",
+             f"{(core.lane_elements_per_s['vector'] + core.lane_elements_per_s['scalar']) / 1e9:.0f} G/s", f"{chip.name} chip facts"),
+            ("HBM bandwidth per logical core", f"{core.hbm_bytes_per_s / 1e9:.0f} GB/s", f"{chip.name} chip facts"),
+            ("HBM per logical core", f"{core.hbm_bytes / 2**30:.0f} GiB", f"{chip.name} chip facts"),
+            ("NeuronLink per logical core", f"{core.interconnect_bytes_per_s / 1e9:.0f} GB/s", f"{chip.name} chip facts"),
+            (f"{instance.name}", f"{instance.chips} chips, EFA {instance.efa_bytes_per_s * 8 / 1e9:.0f} Gbps",
+             "instance facts"),
+            ("price", f"${instance.price_per_hour:.2f} per instance-hour" if instance.price_per_hour else "not published",
+             instance.price_source)]
+
+
+def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2", instance: str | None = None,
+                   instances: int = 1, chips_used: int | None = None, logical_nc_config: int | None = None,
+                   tp: int = 1, pp: int = 1, dp: int | None = None, batch: int = 1, global_batch: int | None = None,
+                   seq_len: int = 2048, context_len: int | None = None, dtype: str = "bf16", mode: str = "compiled",
+                   activation_checkpointing: bool = False,
+                   assumptions: Assumptions = Assumptions()) -> ModelEstimate:
+    """ESTIMATE one step of ``model`` (see :func:`load_config`) on ``instances`` x ``instance`` (or
+    ``chips_used`` chips of one) of ``generation``.
+
+    ``workload``: ``"train"`` (forward + backward + optimizer over ``global_batch`` sequences of
+    ``seq_len`` in micro-batches of ``batch`` per replica), ``"prefill"`` (``batch`` prompts of
+    ``seq_len``: the time to first token) or ``"decode"`` (one token for each of ``batch``
+    sequences with ``context_len`` tokens of KV cache: the time per output token). ``dtype``:
+    ``"bf16"``, ``"fp8"`` (matrix operands in FP8) or ``"mxfp8"`` (trn3). ``mode``:
+    ``"compiled"`` (fused kernels) or ``"eager"`` (a launch per operator). Data parallelism
+    ``dp`` defaults to the cores left by ``tp * pp``."""
+    if workload not in WORKLOADS:
+        raise EstimateError(f"estimate: unknown workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+    if mode not in ("compiled", "eager"):
+        raise EstimateError(f"estimate: unknown mode {mode!r}: expected 'compiled' or 'eager'")
+    if generation not in chips.CHIPS:
+        raise EstimateError(f"estimate: unknown chip generation {generation!r}: expected one of {', '.join(chips.CHIPS)}")
+    if dtype not in _MATMUL_DTYPES:
+        raise EstimateError(f"estimate: unknown dtype {dtype!r}: expected one of {', '.join(_MATMUL_DTYPES)}")
+    chip = chips.CHIPS[generation]
+    if _PEAK_CLASS[dtype] not in chip.tensor_flops:
+        raise EstimateError(f"estimate: {generation} (NeuronCore-v{chip.neuron_core}) has no {dtype} matmul: MX formats "
+                            "need trn3; use fp8 or bf16")
+    box = chips.INSTANCES[instance or chips.DEFAULT_INSTANCE[generation]]
+    if box.chip is not chip:
+        raise EstimateError(f"estimate: {box.name} holds {box.chip.name} chips, not {generation}")
+    lnc = logical_nc_config or (1 if chip.neuron_core == 2 else 2)
+    used_chips = chips_used or instances * box.chips
+    if chips_used and (instances != 1 or chips_used > box.chips):
+        raise EstimateError(f"estimate: chips_used={chips_used} is a part of one {box.name} ({box.chips} chips)")
+    cores = used_chips * chip.physical_cores // lnc
+    dp = dp or cores // (tp * pp)
+    if tp * pp * dp != cores:
+        raise EstimateError(f"estimate: tp={tp} x pp={pp} x dp={dp} = {tp * pp * dp} ranks, but {used_chips} {generation} "
+                            f"chips have {cores} logical cores (logical_nc_config={lnc}): make the product match")
+    config = load_config(model)
+    hf = not callable(config)
+    if not hf and (tp > 1 or pp > 1):
+        raise EstimateError("estimate: tensor and pipeline parallelism are modelled for Hugging Face decoders only; "
+                            "pass a config or use tp=pp=1")
+    context_len = context_len or seq_len
+    global_batch = global_batch or dp * batch if workload == TRAIN else dp * batch
+    if workload == TRAIN and global_batch % (dp * batch):
+        raise EstimateError(f"estimate: global batch {global_batch} is not a multiple of dp x batch = {dp * batch}")
+    hw = hardware(generation, lnc)
+    cost_of = graph_estimate.compiled if mode == "compiled" else graph_estimate.eager
+    matmul_dtype = _MATMUL_DTYPES[dtype]
+
+    # Per-phase costs and parameters of one rank: the rest of the model plus `layers` decoder layers.
+    shard = shard_config(config, tp) if hf else config
+    if hf:
+        depth = _layers(config)
+        if depth % pp:
+            raise EstimateError(f"estimate: pp={pp} does not divide {depth} layers: choose a pipeline degree that divides them")
+        (one, p1), (two, p2) = (_record(_with_layers(shard, n), workload, batch, seq_len, context_len, cost_of, hw,
+                                        assumptions, matmul_dtype) for n in (1, 2))
+        layer = {k: two[k] - one[k] for k in two}
+        rest = {k: one[k] - layer[k] for k in one}
+        per_layer_params, rest_params = p2 - p1, 2 * p1 - p2
+        whole_one, whole_two = (_parameters(_build(_with_layers(config, n))) for n in (1, 2))
+        parameters = whole_one + (whole_two - whole_one) * (depth - 1)
+    else:
+        depth = pp = 1
+        layer, per_layer_params = {}, 0
+        rest, rest_params = _record(config, workload, batch, seq_len, context_len, cost_of, hw, assumptions, matmul_dtype)
+        parameters = rest_params
+    stage_layers = depth // pp
+
+    def stage(phase: str) -> Cost:
+        # The slowest stage: its layers and the embedding / head (the head stage carries both, as
+        # a bound).
+        return rest.get(phase, Cost()) + layer.get(phase, Cost()) * stage_layers
+
+    per_instance = box.chips * chip.physical_cores // lnc
+    tp_local, pp_local, dp_local = _placement(per_instance, tp, pp, dp)
+    link = lambda local: fabric(generation, lnc, local, box.efa_bytes_per_s)
+    hidden = getattr(config, "hidden_size", 0)
+    tokens = batch * (1 if workload == DECODE else seq_len)
+    activation = tokens * hidden * ACTIVATION_BYTES
+    tp_collectives = _collectives(2 * stage_layers + 1, "all_reduce", activation, tp, link(tp_local))
+    p2p = _collectives(1, "send", activation, pp, link(pp_local))
+    phases: list[Phase] = []
+    rank_params = rest_params + per_layer_params * stage_layers
+    if workload == TRAIN:
+        micro = global_batch // (dp * batch)
+        forward, backward = stage("forward"), stage("backward")
+        if activation_checkpointing:  # the layers' forward runs again in the backward
+            backward = backward + layer.get("forward", Cost()) * stage_layers
+        phases += [Phase(f"forward ({micro} micro-batch{'es' if micro > 1 else ''})", forward * micro),
+                   Phase("backward" + (" (with recompute)" if activation_checkpointing else ""), backward * micro)]
+        if tp > 1:
+            phases.append(Phase(f"tensor-parallel all-reduces (tp={tp})", tp_collectives * (2 * micro)))
+        if pp > 1:
+            per_micro = forward + backward + tp_collectives * 2 + p2p * 2
+            phases += [Phase(f"pipeline activations (pp={pp})", p2p * (2 * micro)),
+                       Phase(f"pipeline bubble ({pp - 1} micro-batches)", per_micro * (pp - 1))]
+        if dp > 1:
+            phases.append(Phase(f"gradient all-reduce (dp={dp})",
+                                _collectives(1, "all_reduce", rank_params * GRAD_BYTES, dp, link(dp_local))))
+        phases.append(Phase("optimizer (AdamW, ZeRO-1)", _optimizer(rank_params / dp, hw, assumptions)))
+        tokens_per_step = global_batch * seq_len
+        replicas = micro * dp
+    else:
+        forward = rest.get("forward", Cost()) + layer.get("forward", Cost()) * depth  # every stage in turn
+        phases.append(Phase("forward", forward))
+        if tp > 1:
+            phases.append(Phase(f"tensor-parallel all-reduces (tp={tp})", tp_collectives * pp))
+        if pp > 1:
+            phases.append(Phase(f"pipeline activations (pp={pp})", p2p * (pp - 1)))
+        tokens_per_step = dp * tokens
+        replicas = dp
+    # The model's FLOPs (no recompute): every layer once per sequence, on the tp ranks' shards.
+    whole = sum((rest.get(ph, Cost()) + layer.get(ph, Cost()) * depth for ph in ("forward", "backward")
+                 if ph in rest or ph in layer), Cost())
+    peak = chips.logical_core(chip, lnc).tensor_flops[_PEAK_CLASS[dtype]]
+    return ModelEstimate(
+        model=str(model) if isinstance(model, str) else getattr(config, "name_or_path", "") or type(config).__name__,
+        workload=workload, generation=generation, instance=box.name, instances=instances, chips=used_chips,
+        logical_nc_config=lnc, cores=cores, tp=tp, pp=pp, dp=dp, batch=batch, global_batch=global_batch,
+        seq_len=seq_len, context_len=context_len, dtype=dtype, mode=mode,
+        parameters=parameters,
+        phases=phases, tokens_per_step=tokens_per_step, model_flops=whole.tensor_flops * tp * replicas,
+        peak_flops_per_core=peak, price_per_hour=box.price_per_hour, price_source=box.price_source,
+        facts=_facts(chip, lnc, dtype, box), assumptions=_assumptions(assumptions, mode))
+
+
+def _record(config: Any, workload: str, batch: int, seq_len: int, context_len: int,
+            cost_of: Callable[..., dict[str, Cost]], hw: Any, assumptions: Assumptions,
+            matmul_dtype: str | None) -> tuple[dict[str, Cost], int]:
+    model = _build(config)
+    ops = _run(model, workload, batch, seq_len, context_len, hf=not callable(config))
+    return cost_of(ops, hw, assumptions, matmul_dtype), _parameters(model)
+
+
+def _parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _optimizer(params: float, hw: Any, a: Assumptions) -> Cost:
+    memory = params * OPTIMIZER_BYTES_PER_PARAM / (hw.dma_bytes_per_s * a.hbm_efficiency)
+    lanes = params * OPTIMIZER_ELEMENTS_PER_PARAM / (hw.vector_elements_per_s + hw.scalar_elements_per_s)
+    bound = graph_estimate.HBM_BOUND if memory >= lanes else graph_estimate.LANE_BOUND
+    return Cost({bound: max(memory, lanes)}, 0, round(params * OPTIMIZER_BYTES_PER_PARAM), 1)
+
+
+def _assumptions(a: Assumptions, mode: str) -> list[str]:
+    from .cost_model import COLLECTIVE_STEP_SECONDS, EFA_STEP_SECONDS
+
+    out = [f"compiled matmuls sustain {a.matmul_efficiency:.0%} of TensorE peak, kernels {a.hbm_efficiency:.0%} of HBM "
+           f"bandwidth, {a.kernel_overhead_s * 1e6:.1f} us fixed cost per kernel (fitted: docs/cost-model.md)",
+           f"collectives: rings, {COLLECTIVE_STEP_SECONDS * 1e6:.0f} us per NeuronLink step and "
+           f"{EFA_STEP_SECONDS * 1e6:.0f} us per EFA step; hierarchical across instances",
+           f"AdamW with fp32 master weights: {OPTIMIZER_BYTES_PER_PARAM} bytes per parameter, sharded over replicas "
+           f"(ZeRO-1); gradients all-reduced in bf16, not overlapped with the backward",
+           "attention runs as flash attention (causal half skipped); the compute of collectives is not overlapped"]
+    if mode == "eager":
+        out.append(f"eager: the host spends {a.host_launch_s * 1e6:.0f} us per operator launch (queued asynchronously)")
+    return out
+
+
+__all__ = ["EstimateError", "ModelEstimate", "Phase", "estimate_model", "load_config", "shard_config",
+           "TRAIN", "PREFILL", "DECODE"]
