@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--instance", choices=sorted(INSTANCES), help="instance type (default: the generation's largest)")
     p.add_argument("--instances", type=int, default=1, help="number of instances")
     p.add_argument("--chips", type=int, dest="chips_used", help="use only this many chips of one instance")
-    p.add_argument("--logical-nc-config", type=int, help="physical cores per logical core (default: 2 on trn2/trn3, 1 on trn1)")
+    p.add_argument("--logical-nc-config", type=int,
+                   help="physical cores per logical core (default: 2 on trn2/trn3, 1 on trn1)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     p.add_argument("--dp", type=int, help="data-parallel degree (default: the cores left by tp x pp)")
@@ -40,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--context-len", type=int, help="decode: tokens already in the KV cache (default: --seq-len)")
     p.add_argument("--dtype", choices=("bf16", "fp8", "mxfp8"), default="bf16", help="matrix operands' data type")
     p.add_argument("--mode", choices=("compiled", "eager"), default="compiled")
-    p.add_argument("--activation-checkpointing", action="store_true", help="recompute the layers' forward in the backward")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute the layers' forward in the backward")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--list-presets", action="store_true", help="list the preset model names and exit")
     return p

@@ -28,7 +28,8 @@ from nki.simulator.cost_model import HardwareConfig, tensor_rate
 
 from .op_trace import ATTENTION, ELEMENTWISE, Op
 
-TENSOR_BOUND, LANE_BOUND, HBM_BOUND, OVERHEAD, HOST = "TensorE", "VectorE/ScalarE", "HBM", "kernel overhead", "host launch"
+TENSOR_BOUND, LANE_BOUND, HBM_BOUND = "TensorE", "VectorE/ScalarE", "HBM"
+OVERHEAD, HOST = "kernel overhead", "host launch"
 
 
 @dataclass(frozen=True)

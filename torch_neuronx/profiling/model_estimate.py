@@ -26,7 +26,6 @@ import copy
 import importlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +33,7 @@ import torch
 
 from ..runtime import chips
 from . import graph_estimate, op_trace
-from .cost_model import collective_seconds, fabric, hardware
+from .cost_model import COLLECTIVE_STEP_SECONDS, EFA_STEP_SECONDS, collective_seconds, fabric, hardware
 from .graph_estimate import Assumptions, Cost
 from .model_configs import PRESETS
 
@@ -147,7 +146,8 @@ def _logits(out: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out[0] if isinstance(out, (tuple, list)) else out
 
 
-def _run(model: torch.nn.Module, workload: str, batch: int, seq_len: int, context_len: int, hf: bool) -> list[op_trace.Op]:
+def _run(model: torch.nn.Module, workload: str, batch: int, seq_len: int, context_len: int,
+         hf: bool) -> list[op_trace.Op]:
     """The operators of one workload of ``model`` (meta)."""
     def train(recorder: op_trace.OpRecorder) -> None:
         ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
@@ -256,11 +256,12 @@ class ModelEstimate:
         assumptions used."""
         step = {TRAIN: "training step", PREFILL: "prefill (time to first token)",
                 DECODE: "decode step (time per output token)"}[self.workload]
+        shape = {TRAIN: f"global batch {self.global_batch}, sequence {self.seq_len}",
+                 PREFILL: f"sequence {self.seq_len}", DECODE: f"context {self.context_len}"}[self.workload]
         lines = [f"ESTIMATE (cost model, not a measurement): {self.model}, {step}, {self.mode}",
-                 f"  {self.instances} x {self.instance} ({self.chips} {self.generation} chips, {self.cores} logical cores "
-                 f"of {self.logical_nc_config} physical), tp={self.tp} pp={self.pp} dp={self.dp}, {self.dtype}, "
-                 f"batch {self.batch} per replica" + (f", global batch {self.global_batch}" if self.workload == TRAIN else "")
-                 + f", {'context' if self.workload == DECODE else 'sequence'} {self.context_len if self.workload == DECODE else self.seq_len}",
+                 f"  {self.instances} x {self.instance} ({self.chips} {self.generation} chips, {self.cores} logical "
+                 f"cores of {self.logical_nc_config} physical), tp={self.tp} pp={self.pp} dp={self.dp}, {self.dtype}, "
+                 f"batch {self.batch} per replica, {shape}",
                  f"  {self.parameters / 1e9:.2f} B parameters", "",
                  f"  {'phase':<44}{'ms':>12}{'share':>8}  bound"]
         for p in self.phases:
@@ -276,170 +277,214 @@ class ModelEstimate:
         return "\n".join(lines)
 
 
-def _collectives(count: float, collective: str, nbytes: float, ranks: int, fab: Any) -> Cost:
-    if ranks <= 1 or count == 0:
-        return Cost()
-    return Cost(collective_seconds(collective, nbytes, ranks, fab)) * count
-
-
-def _placement(per_instance: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
-    """Ranks of each group on one instance, tensor-parallel ranks innermost, then pipeline stages,
-    then replicas (the NeuronX Distributed order)."""
-    return (min(tp, per_instance), min(pp, max(1, per_instance // tp)), min(dp, max(1, per_instance // (tp * pp))))
-
-
 def _facts(chip: chips.Chip, lnc: int, dtype: str, instance: chips.Instance) -> list[tuple[str, str, str]]:
     core = chips.logical_core(chip, lnc)
+    source = f"{chip.name} chip facts"
+    lanes = core.lane_elements_per_s["vector"] + core.lane_elements_per_s["scalar"]
+    price = f"${instance.price_per_hour:.2f} per instance-hour" if instance.price_per_hour else "not published"
     peak = core.tensor_flops[_PEAK_CLASS[dtype]]
-    return [(f"TensorE {dtype} per logical core", f"{peak / 1e12:.0f} TFLOP/s", f"{chip.name} chip facts"),
-            ("VectorE + ScalarE elements per logical core",
-             f"{(core.lane_elements_per_s['vector'] + core.lane_elements_per_s['scalar']) / 1e9:.0f} G/s", f"{chip.name} chip facts"),
-            ("HBM bandwidth per logical core", f"{core.hbm_bytes_per_s / 1e9:.0f} GB/s", f"{chip.name} chip facts"),
-            ("HBM per logical core", f"{core.hbm_bytes / 2**30:.0f} GiB", f"{chip.name} chip facts"),
-            ("NeuronLink per logical core", f"{core.interconnect_bytes_per_s / 1e9:.0f} GB/s", f"{chip.name} chip facts"),
-            (f"{instance.name}", f"{instance.chips} chips, EFA {instance.efa_bytes_per_s * 8 / 1e9:.0f} Gbps",
+    return [(f"TensorE {dtype} per logical core", f"{peak / 1e12:.0f} TFLOP/s", source),
+            ("VectorE + ScalarE elements per logical core", f"{lanes / 1e9:.0f} G/s", source),
+            ("HBM bandwidth per logical core", f"{core.hbm_bytes_per_s / 1e9:.0f} GB/s", source),
+            ("HBM per logical core", f"{core.hbm_bytes / 2**30:.0f} GiB", source),
+            ("NeuronLink per logical core", f"{core.interconnect_bytes_per_s / 1e9:.0f} GB/s", source),
+            (instance.name, f"{instance.chips} chips, EFA {instance.efa_bytes_per_s * 8 / 1e9:.0f} Gbps",
              "instance facts"),
-            ("price", f"${instance.price_per_hour:.2f} per instance-hour" if instance.price_per_hour else "not published",
-             instance.price_source)]
+            ("price", price, instance.price_source)]
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """A checked configuration: where the ranks are and what they run."""
+
+    chip: chips.Chip
+    box: chips.Instance
+    instances: int
+    chips: int
+    lnc: int
+    cores: int
+    tp: int
+    pp: int
+    dp: int
+    global_batch: int
+    context_len: int
+    mode: str
+    dtype: str
+
+    @property
+    def hw(self) -> Any:
+        return hardware(self.chip.name, self.lnc)
+
+    def link(self, group: int, stride: int) -> Any:
+        """The fabric of a group of ``group`` ranks ``stride`` apart: tensor-parallel ranks are
+        innermost, then pipeline stages, then replicas (NeuronX Distributed's order)."""
+        per_instance = self.box.chips * self.chip.physical_cores // self.lnc
+        local = min(group, max(1, per_instance // stride))
+        return fabric(self.chip.name, self.lnc, local, self.box.efa_bytes_per_s)
+
+
+def _setup(workload: str, generation: str, instance: str | None, instances: int, chips_used: int | None,
+           logical_nc_config: int | None, tp: int, pp: int, dp: int | None, batch: int, global_batch: int | None,
+           seq_len: int, context_len: int | None, dtype: str, mode: str) -> _Setup:
+    if workload not in WORKLOADS:
+        raise EstimateError(f"estimate: unknown workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+    if mode not in ("compiled", "eager"):
+        raise EstimateError(f"estimate: unknown mode {mode!r}: expected 'compiled' or 'eager'")
+    if generation not in chips.CHIPS:
+        raise EstimateError(f"estimate: unknown chip generation {generation!r}: expected one of "
+                            f"{', '.join(chips.CHIPS)}")
+    if dtype not in _MATMUL_DTYPES:
+        raise EstimateError(f"estimate: unknown dtype {dtype!r}: expected one of {', '.join(_MATMUL_DTYPES)}")
+    chip = chips.CHIPS[generation]
+    if _PEAK_CLASS[dtype] not in chip.tensor_flops:
+        raise EstimateError(f"estimate: {generation} (NeuronCore-v{chip.neuron_core}) has no {dtype} matmul: "
+                            "MX formats need trn3; use fp8 or bf16")
+    box = chips.INSTANCES[instance or chips.DEFAULT_INSTANCE[generation]]
+    if box.chip is not chip:
+        raise EstimateError(f"estimate: {box.name} holds {box.chip.name} chips, not {generation}")
+    if chips_used and (instances != 1 or chips_used > box.chips):
+        raise EstimateError(f"estimate: chips_used={chips_used} is a part of one {box.name} ({box.chips} chips)")
+    lnc = logical_nc_config or (1 if chip.neuron_core == 2 else 2)
+    used = chips_used or instances * box.chips
+    cores = used * chip.physical_cores // lnc
+    dp = dp or max(1, cores // (tp * pp))
+    if tp * pp * dp != cores:
+        raise EstimateError(f"estimate: tp={tp} x pp={pp} x dp={dp} = {tp * pp * dp} ranks, but {used} {generation} "
+                            f"chips have {cores} logical cores (logical_nc_config={lnc}): make the product match")
+    if workload != TRAIN:
+        global_batch = dp * batch
+    global_batch = global_batch or dp * batch
+    if global_batch % (dp * batch):
+        raise EstimateError(f"estimate: global batch {global_batch} is not a multiple of dp x batch = {dp * batch}")
+    return _Setup(chip, box, instances, used, lnc, cores, tp, pp, dp, global_batch, context_len or seq_len, mode, dtype)
+
+
+@dataclass
+class _RankCosts:
+    """One rank's ESTIMATED cost per phase: the model without its layers, and one layer."""
+
+    rest: dict[str, Cost]
+    layer: dict[str, Cost]
+    depth: int
+    rest_params: int
+    layer_params: int
+    parameters: int  # of the whole (unsharded) model
+
+    def of(self, phase: str, layers: int) -> Cost:
+        return self.rest.get(phase, Cost()) + self.layer.get(phase, Cost()) * layers
+
+
+def _rank_costs(config: Any, workload: str, batch: int, seq_len: int, s: _Setup, a: Assumptions) -> _RankCosts:
+    """Record the model with one and two layers (a Hugging Face config) and difference them; a
+    plain module is recorded whole."""
+    cost_of = graph_estimate.compiled if s.mode == "compiled" else graph_estimate.eager
+
+    def record(cfg: Any) -> tuple[dict[str, Cost], int]:
+        model = _build(cfg)
+        ops = _run(model, workload, batch, seq_len, s.context_len, hf=not callable(cfg))
+        return cost_of(ops, s.hw, a, _MATMUL_DTYPES[s.dtype]), _parameters(model)
+
+    if callable(config):
+        if s.tp > 1 or s.pp > 1:
+            raise EstimateError("estimate: tensor and pipeline parallelism are modelled for Hugging Face decoders "
+                                "only; pass a config or use tp=pp=1")
+        whole, params = record(config)
+        return _RankCosts(whole, {}, 0, params, 0, params)
+    depth = _layers(config)
+    if depth % s.pp:
+        raise EstimateError(f"estimate: pp={s.pp} does not divide {depth} layers: choose a pipeline degree that "
+                            "divides them")
+    shard = shard_config(config, s.tp)
+    (one, p1), (two, p2) = (record(_with_layers(shard, n)) for n in (1, 2))
+    layer = {k: two[k] - one[k] for k in two}
+    whole_one, whole_two = (_parameters(_build(_with_layers(config, n))) for n in (1, 2))
+    return _RankCosts({k: one[k] - layer[k] for k in one}, layer, depth, 2 * p1 - p2, p2 - p1,
+                      whole_one + (whole_two - whole_one) * (depth - 1))
+
+
+def _collective(collective: str, nbytes: float, group: int, fab: Any, count: float = 1) -> Cost:
+    return Cost(collective_seconds(collective, nbytes, group, fab)) * count if group > 1 and count else Cost()
+
+
+def _train_phases(r: _RankCosts, s: _Setup, batch: int, activation: float, a: Assumptions,
+                  checkpointing: bool) -> list[Phase]:
+    """A training step: micro-batches of forward and backward on each pipeline stage (the slowest:
+    its layers and, as a bound, the embedding and head), collectives, the optimizer."""
+    micro, stage_layers = s.global_batch // (s.dp * batch), r.depth // s.pp
+    forward, backward = r.of("forward", stage_layers), r.of("backward", stage_layers)
+    if checkpointing:  # the layers' forward runs again in the backward
+        backward = backward + r.layer.get("forward", Cost()) * stage_layers
+    tp_all_reduces = _collective("all_reduce", activation, s.tp, s.link(s.tp, 1), 2 * stage_layers + 1)
+    p2p = _collective("send", activation, s.pp, s.link(s.pp, s.tp))
+    phases = [Phase(f"forward ({micro} micro-batch{'es' if micro > 1 else ''})", forward * micro),
+              Phase("backward" + (" (with recompute)" if checkpointing else ""), backward * micro)]
+    if s.tp > 1:
+        phases.append(Phase(f"tensor-parallel all-reduces (tp={s.tp})", tp_all_reduces * (2 * micro)))
+    if s.pp > 1:
+        per_micro = forward + backward + (tp_all_reduces + p2p) * 2
+        phases += [Phase(f"pipeline activations (pp={s.pp})", p2p * (2 * micro)),
+                   Phase(f"pipeline bubble ({s.pp - 1} micro-batches)", per_micro * (s.pp - 1))]
+    rank_params = r.rest_params + r.layer_params * stage_layers
+    if s.dp > 1:
+        phases.append(Phase(f"gradient all-reduce (dp={s.dp})", _collective(
+            "all_reduce", rank_params * GRAD_BYTES, s.dp, s.link(s.dp, s.tp * s.pp))))
+    phases.append(Phase("optimizer (AdamW, ZeRO-1)", _optimizer(rank_params / s.dp, s.hw, a)))
+    return phases
+
+
+def _inference_phases(r: _RankCosts, s: _Setup, activation: float) -> list[Phase]:
+    """Prefill or a decode step: every stage in turn, its tensor-parallel all-reduces, the
+    activations handed between stages."""
+    phases = [Phase("forward", r.of("forward", r.depth))]
+    if s.tp > 1:
+        phases.append(Phase(f"tensor-parallel all-reduces (tp={s.tp})",
+                            _collective("all_reduce", activation, s.tp, s.link(s.tp, 1), 2 * r.depth + s.pp)))
+    if s.pp > 1:
+        phases.append(Phase(f"pipeline activations (pp={s.pp})",
+                            _collective("send", activation, s.pp, s.link(s.pp, s.tp), s.pp - 1)))
+    return phases
 
 
 def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2", instance: str | None = None,
                    instances: int = 1, chips_used: int | None = None, logical_nc_config: int | None = None,
                    tp: int = 1, pp: int = 1, dp: int | None = None, batch: int = 1, global_batch: int | None = None,
                    seq_len: int = 2048, context_len: int | None = None, dtype: str = "bf16", mode: str = "compiled",
-                   activation_checkpointing: bool = False,
-                   assumptions: Assumptions = Assumptions()) -> ModelEstimate:
+                   activation_checkpointing: bool = False, assumptions: Assumptions | None = None) -> ModelEstimate:
     """ESTIMATE one step of ``model`` (see :func:`load_config`) on ``instances`` x ``instance`` (or
     ``chips_used`` chips of one) of ``generation``.
 
     ``workload``: ``"train"`` (forward + backward + optimizer over ``global_batch`` sequences of
     ``seq_len`` in micro-batches of ``batch`` per replica), ``"prefill"`` (``batch`` prompts of
-    ``seq_len``: the time to first token) or ``"decode"`` (one token for each of ``batch``
-    sequences with ``context_len`` tokens of KV cache: the time per output token). ``dtype``:
-    ``"bf16"``, ``"fp8"`` (matrix operands in FP8) or ``"mxfp8"`` (trn3). ``mode``:
+    ``seq_len`` per replica: the time to first token) or ``"decode"`` (one token for each of
+    ``batch`` sequences with ``context_len`` tokens of KV cache: the time per output token).
+    ``dtype``: ``"bf16"``, ``"fp8"`` (matrix operands in FP8) or ``"mxfp8"`` (trn3). ``mode``:
     ``"compiled"`` (fused kernels) or ``"eager"`` (a launch per operator). Data parallelism
-    ``dp`` defaults to the cores left by ``tp * pp``."""
-    if workload not in WORKLOADS:
-        raise EstimateError(f"estimate: unknown workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
-    if mode not in ("compiled", "eager"):
-        raise EstimateError(f"estimate: unknown mode {mode!r}: expected 'compiled' or 'eager'")
-    if generation not in chips.CHIPS:
-        raise EstimateError(f"estimate: unknown chip generation {generation!r}: expected one of {', '.join(chips.CHIPS)}")
-    if dtype not in _MATMUL_DTYPES:
-        raise EstimateError(f"estimate: unknown dtype {dtype!r}: expected one of {', '.join(_MATMUL_DTYPES)}")
-    chip = chips.CHIPS[generation]
-    if _PEAK_CLASS[dtype] not in chip.tensor_flops:
-        raise EstimateError(f"estimate: {generation} (NeuronCore-v{chip.neuron_core}) has no {dtype} matmul: MX formats "
-                            "need trn3; use fp8 or bf16")
-    box = chips.INSTANCES[instance or chips.DEFAULT_INSTANCE[generation]]
-    if box.chip is not chip:
-        raise EstimateError(f"estimate: {box.name} holds {box.chip.name} chips, not {generation}")
-    lnc = logical_nc_config or (1 if chip.neuron_core == 2 else 2)
-    used_chips = chips_used or instances * box.chips
-    if chips_used and (instances != 1 or chips_used > box.chips):
-        raise EstimateError(f"estimate: chips_used={chips_used} is a part of one {box.name} ({box.chips} chips)")
-    cores = used_chips * chip.physical_cores // lnc
-    dp = dp or cores // (tp * pp)
-    if tp * pp * dp != cores:
-        raise EstimateError(f"estimate: tp={tp} x pp={pp} x dp={dp} = {tp * pp * dp} ranks, but {used_chips} {generation} "
-                            f"chips have {cores} logical cores (logical_nc_config={lnc}): make the product match")
+    ``dp`` defaults to the cores left by ``tp * pp``. Raises :class:`EstimateError` for a
+    configuration that cannot be estimated."""
+    a = assumptions or Assumptions()
+    s = _setup(workload, generation, instance, instances, chips_used, logical_nc_config, tp, pp, dp, batch,
+               global_batch, seq_len, context_len, dtype, mode)
     config = load_config(model)
-    hf = not callable(config)
-    if not hf and (tp > 1 or pp > 1):
-        raise EstimateError("estimate: tensor and pipeline parallelism are modelled for Hugging Face decoders only; "
-                            "pass a config or use tp=pp=1")
-    context_len = context_len or seq_len
-    global_batch = global_batch or dp * batch if workload == TRAIN else dp * batch
-    if workload == TRAIN and global_batch % (dp * batch):
-        raise EstimateError(f"estimate: global batch {global_batch} is not a multiple of dp x batch = {dp * batch}")
-    hw = hardware(generation, lnc)
-    cost_of = graph_estimate.compiled if mode == "compiled" else graph_estimate.eager
-    matmul_dtype = _MATMUL_DTYPES[dtype]
-
-    # Per-phase costs and parameters of one rank: the rest of the model plus `layers` decoder layers.
-    shard = shard_config(config, tp) if hf else config
-    if hf:
-        depth = _layers(config)
-        if depth % pp:
-            raise EstimateError(f"estimate: pp={pp} does not divide {depth} layers: choose a pipeline degree that divides them")
-        (one, p1), (two, p2) = (_record(_with_layers(shard, n), workload, batch, seq_len, context_len, cost_of, hw,
-                                        assumptions, matmul_dtype) for n in (1, 2))
-        layer = {k: two[k] - one[k] for k in two}
-        rest = {k: one[k] - layer[k] for k in one}
-        per_layer_params, rest_params = p2 - p1, 2 * p1 - p2
-        whole_one, whole_two = (_parameters(_build(_with_layers(config, n))) for n in (1, 2))
-        parameters = whole_one + (whole_two - whole_one) * (depth - 1)
-    else:
-        depth = pp = 1
-        layer, per_layer_params = {}, 0
-        rest, rest_params = _record(config, workload, batch, seq_len, context_len, cost_of, hw, assumptions, matmul_dtype)
-        parameters = rest_params
-    stage_layers = depth // pp
-
-    def stage(phase: str) -> Cost:
-        # The slowest stage: its layers and the embedding / head (the head stage carries both, as
-        # a bound).
-        return rest.get(phase, Cost()) + layer.get(phase, Cost()) * stage_layers
-
-    per_instance = box.chips * chip.physical_cores // lnc
-    tp_local, pp_local, dp_local = _placement(per_instance, tp, pp, dp)
-    link = lambda local: fabric(generation, lnc, local, box.efa_bytes_per_s)
-    hidden = getattr(config, "hidden_size", 0)
+    r = _rank_costs(config, workload, batch, seq_len, s, a)
     tokens = batch * (1 if workload == DECODE else seq_len)
-    activation = tokens * hidden * ACTIVATION_BYTES
-    tp_collectives = _collectives(2 * stage_layers + 1, "all_reduce", activation, tp, link(tp_local))
-    p2p = _collectives(1, "send", activation, pp, link(pp_local))
-    phases: list[Phase] = []
-    rank_params = rest_params + per_layer_params * stage_layers
+    activation = tokens * getattr(config, "hidden_size", 0) * ACTIVATION_BYTES
     if workload == TRAIN:
-        micro = global_batch // (dp * batch)
-        forward, backward = stage("forward"), stage("backward")
-        if activation_checkpointing:  # the layers' forward runs again in the backward
-            backward = backward + layer.get("forward", Cost()) * stage_layers
-        phases += [Phase(f"forward ({micro} micro-batch{'es' if micro > 1 else ''})", forward * micro),
-                   Phase("backward" + (" (with recompute)" if activation_checkpointing else ""), backward * micro)]
-        if tp > 1:
-            phases.append(Phase(f"tensor-parallel all-reduces (tp={tp})", tp_collectives * (2 * micro)))
-        if pp > 1:
-            per_micro = forward + backward + tp_collectives * 2 + p2p * 2
-            phases += [Phase(f"pipeline activations (pp={pp})", p2p * (2 * micro)),
-                       Phase(f"pipeline bubble ({pp - 1} micro-batches)", per_micro * (pp - 1))]
-        if dp > 1:
-            phases.append(Phase(f"gradient all-reduce (dp={dp})",
-                                _collectives(1, "all_reduce", rank_params * GRAD_BYTES, dp, link(dp_local))))
-        phases.append(Phase("optimizer (AdamW, ZeRO-1)", _optimizer(rank_params / dp, hw, assumptions)))
-        tokens_per_step = global_batch * seq_len
-        replicas = micro * dp
+        phases = _train_phases(r, s, batch, activation, a, activation_checkpointing)
+        tokens_per_step, sequences = s.global_batch * seq_len, s.global_batch // batch
     else:
-        forward = rest.get("forward", Cost()) + layer.get("forward", Cost()) * depth  # every stage in turn
-        phases.append(Phase("forward", forward))
-        if tp > 1:
-            phases.append(Phase(f"tensor-parallel all-reduces (tp={tp})", tp_collectives * pp))
-        if pp > 1:
-            phases.append(Phase(f"pipeline activations (pp={pp})", p2p * (pp - 1)))
-        tokens_per_step = dp * tokens
-        replicas = dp
-    # The model's FLOPs (no recompute): every layer once per sequence, on the tp ranks' shards.
-    whole = sum((rest.get(ph, Cost()) + layer.get(ph, Cost()) * depth for ph in ("forward", "backward")
-                 if ph in rest or ph in layer), Cost())
-    peak = chips.logical_core(chip, lnc).tensor_flops[_PEAK_CLASS[dtype]]
+        phases = _inference_phases(r, s, activation)
+        tokens_per_step, sequences = s.dp * tokens, s.dp
+    # The model's FLOPs (no recompute): every layer once per micro-batch, on the tp ranks' shards.
+    flops = sum(r.of(ph, r.depth).tensor_flops for ph in ("forward", "backward")) * s.tp * sequences
     return ModelEstimate(
-        model=str(model) if isinstance(model, str) else getattr(config, "name_or_path", "") or type(config).__name__,
-        workload=workload, generation=generation, instance=box.name, instances=instances, chips=used_chips,
-        logical_nc_config=lnc, cores=cores, tp=tp, pp=pp, dp=dp, batch=batch, global_batch=global_batch,
-        seq_len=seq_len, context_len=context_len, dtype=dtype, mode=mode,
-        parameters=parameters,
-        phases=phases, tokens_per_step=tokens_per_step, model_flops=whole.tensor_flops * tp * replicas,
-        peak_flops_per_core=peak, price_per_hour=box.price_per_hour, price_source=box.price_source,
-        facts=_facts(chip, lnc, dtype, box), assumptions=_assumptions(assumptions, mode))
-
-
-def _record(config: Any, workload: str, batch: int, seq_len: int, context_len: int,
-            cost_of: Callable[..., dict[str, Cost]], hw: Any, assumptions: Assumptions,
-            matmul_dtype: str | None) -> tuple[dict[str, Cost], int]:
-    model = _build(config)
-    ops = _run(model, workload, batch, seq_len, context_len, hf=not callable(config))
-    return cost_of(ops, hw, assumptions, matmul_dtype), _parameters(model)
+        model=model if isinstance(model, str) else getattr(config, "name_or_path", "") or type(config).__name__,
+        workload=workload, generation=generation, instance=s.box.name, instances=instances, chips=s.chips,
+        logical_nc_config=s.lnc, cores=s.cores, tp=tp, pp=pp, dp=s.dp, batch=batch, global_batch=s.global_batch,
+        seq_len=seq_len, context_len=s.context_len, dtype=dtype, mode=mode, parameters=r.parameters, phases=phases,
+        tokens_per_step=tokens_per_step, model_flops=flops,
+        peak_flops_per_core=chips.logical_core(s.chip, s.lnc).tensor_flops[_PEAK_CLASS[dtype]],
+        price_per_hour=s.box.price_per_hour, price_source=s.box.price_source,
+        facts=_facts(s.chip, s.lnc, dtype, s.box), assumptions=_assumptions(a, mode))
 
 
 def _parameters(model: torch.nn.Module) -> int:
@@ -454,15 +499,13 @@ def _optimizer(params: float, hw: Any, a: Assumptions) -> Cost:
 
 
 def _assumptions(a: Assumptions, mode: str) -> list[str]:
-    from .cost_model import COLLECTIVE_STEP_SECONDS, EFA_STEP_SECONDS
-
-    out = [f"compiled matmuls sustain {a.matmul_efficiency:.0%} of TensorE peak, kernels {a.hbm_efficiency:.0%} of HBM "
-           f"bandwidth, {a.kernel_overhead_s * 1e6:.1f} us fixed cost per kernel (fitted: docs/cost-model.md)",
+    out = [f"compiled matmuls sustain {a.matmul_efficiency:.0%} of TensorE peak, kernels {a.hbm_efficiency:.0%} "
+           f"of HBM bandwidth, {a.kernel_overhead_s * 1e6:.1f} us fixed cost per kernel (fitted: docs/cost-model.md)",
            f"collectives: rings, {COLLECTIVE_STEP_SECONDS * 1e6:.0f} us per NeuronLink step and "
            f"{EFA_STEP_SECONDS * 1e6:.0f} us per EFA step; hierarchical across instances",
-           f"AdamW with fp32 master weights: {OPTIMIZER_BYTES_PER_PARAM} bytes per parameter, sharded over replicas "
-           f"(ZeRO-1); gradients all-reduced in bf16, not overlapped with the backward",
-           "attention runs as flash attention (causal half skipped); the compute of collectives is not overlapped"]
+           f"AdamW with fp32 master weights: {OPTIMIZER_BYTES_PER_PARAM} bytes per parameter, sharded over "
+           "replicas (ZeRO-1); gradients all-reduced in bf16, not overlapped with the backward",
+           "attention runs as flash attention (causal half skipped); collectives do not overlap compute"]
     if mode == "eager":
         out.append(f"eager: the host spends {a.host_launch_s * 1e6:.0f} us per operator launch (queued asynchronously)")
     return out
