@@ -434,7 +434,7 @@ def all_to_all_with_splits_that_do_not_match_raises() -> None:
 @check
 def collectives_in_the_profiler() -> None:
     """Device activity and the Collective table: the message size, the measured algorithm and bus
-    bandwidth, and the trn2 interconnect estimate (a ring: docs/profiling.md)."""
+    bandwidth, and the trn2 interconnect estimate (a ring's bytes in log2(n) steps: docs/profiling.md)."""
     import tempfile
 
     import pyarrow.parquet as pq
@@ -455,8 +455,8 @@ def collectives_in_the_profiler() -> None:
         rows = {r["collective"]: r for r in pq.read_table(exporter.last_output_dir / "Collective.parquet").to_pylist()}
         ops = {r["op_name"]: r for r in pq.read_table(exporter.last_output_dir / "FrameworkOp.parquet").to_pylist()}
     device_rows = {e.key: e for e in prof.key_averages() if e.self_device_time_total > 0}
-    expected = {"all_reduce": (size, 2 * (n - 1) / n, 2 * (n - 1)),
-                "all_gather_into_tensor": (n * size, (n - 1) / n, n - 1)}
+    expected = {"all_reduce": (size, 2 * (n - 1) / n, cost_model.latency_steps("all_reduce", n)),
+                "all_gather_into_tensor": (n * size, (n - 1) / n, cost_model.latency_steps("all_gather", n))}
     assert set(rows) == set(expected), rows
     for name, (moved, bus, steps) in expected.items():
         row = rows[name]

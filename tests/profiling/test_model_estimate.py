@@ -19,7 +19,8 @@ TINY = dict(model_type="llama", hidden_size=128, intermediate_size=256, num_hidd
 def test_the_layer_extrapolation_is_the_whole_models_cost(workload):
     """One and two layers recorded and differenced give the cost of recording all four."""
     config = me.load_config(TINY)
-    setup = me._setup(workload, "trn2", None, 1, 1, None, 1, 1, None, 2, None, 32, 64, "bf16", "compiled")
+    setup = me._setup(workload, "trn2", None, 1, 1, None, 1, 1, None, 2, None, 32, 64, "bf16", "compiled",
+                      ge.Assumptions())
     costs = me._rank_costs(config, workload, 2, 32, setup, ge.Assumptions())
     ops = me._run(me._build(config), workload, 2, 32, 64, hf=True)
     recorded = ge.compiled(ops, hardware("trn2", 2))
@@ -30,13 +31,14 @@ def test_the_layer_extrapolation_is_the_whole_models_cost(workload):
         assert (extrapolated.tensor_flops, extrapolated.bytes_moved) == (cost.tensor_flops, cost.bytes_moved)
 
 
-def test_a_tensor_parallel_rank_holds_its_share_of_the_heads_mlp_and_vocabulary():
+def test_a_tensor_parallel_rank_holds_its_padded_share_of_the_heads_mlp_and_vocabulary():
     config = me.load_config("llama-3-8b")
     shard = me.shard_config(config, 32)
     assert (shard.num_attention_heads, shard.num_key_value_heads, shard.intermediate_size, shard.vocab_size,
             shard.head_dim) == (1, 1, 448, 4008, 128)  # 8 KV heads replicated over 32 ranks
-    with pytest.raises(me.EstimateError, match="tp=3 does not divide 32 attention heads"):
-        me.shard_config(config, 3)
+    # A degree that does not divide is padded: 24 ranks hold 2 of 48 (32 padded) heads each.
+    padded = me.shard_config(config, 24)
+    assert (padded.num_attention_heads, padded.num_key_value_heads, padded.intermediate_size) == (2, 1, 598)
 
 
 def test_an_8b_model_is_estimated_without_allocating_it():
@@ -91,6 +93,7 @@ def test_a_collective_across_instances_is_hierarchical_over_efa():
     assert seconds[INTERCONNECT] == inside[INTERCONNECT] and NETWORK not in inside
     efa_share = 800e9 / 8 / per_instance
     assert seconds[NETWORK] == pytest.approx(2 * fab.efa_step_s + (size / per_instance) / efa_share)
+    assert seconds[INTERCONNECT] == pytest.approx(2 * 5 * fab.link_step_s + 2 * 31 / 32 * size / fab.link_bytes_per_s)
 
 
 def test_pipeline_parallelism_adds_its_bubble_and_fp8_buys_trn2s_rate():

@@ -38,14 +38,14 @@ from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor
 from ..compile.cost import GraphCost
 from ..distributed.traffic import traffic
 from ..runtime.chips import logical_core
+from .graph_estimate import Assumptions
 
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
-# Latency of one step of a ring collective (a hop between chips and its synchronization): no
-# published figure; an assumption, of the order of NCCL's per-step latency between GPUs.
-COLLECTIVE_STEP_SECONDS = 2e-6
-# The same for a step between instances over EFA (an assumption: EFA's published round trips are
-# in the tens of microseconds).
-EFA_STEP_SECONDS = 15e-6
+# Latency of one step of a collective (a hop between chips and its synchronization) over
+# NeuronLink and between instances over EFA: no published figure; assumptions fitted to published
+# decode latencies (graph_estimate.Assumptions, docs/cost-model.md).
+COLLECTIVE_STEP_SECONDS = Assumptions().link_step_s
+EFA_STEP_SECONDS = Assumptions().efa_step_s
 INTERCONNECT, NETWORK = "NeuronLink", "EFA"  # the links collectives are estimated on
 
 # Copy kernels (csrc/shim/tensor_kernels.cpp) by direction: True over the host link, False in HBM.
@@ -193,43 +193,58 @@ class Fabric:
     efa_step_s: float = EFA_STEP_SECONDS
 
 
-def fabric(generation: str, logical_nc_config: int, ranks_per_instance: int,
-           efa_bytes_per_s: float = 0.0) -> Fabric:
+def fabric(generation: str, logical_nc_config: int, ranks_per_instance: int, efa_bytes_per_s: float = 0.0,
+           assumptions: Assumptions | None = None) -> Fabric:
     """The fabric of a group with ``ranks_per_instance`` logical cores (one rank each) per instance
     of ``generation``'s chips, the instance having ``efa_bytes_per_s`` of EFA."""
     core = logical_core(generation, logical_nc_config)
-    return Fabric(ranks_per_instance, core.interconnect_bytes_per_s,
-                  efa_bytes_per_s / max(ranks_per_instance, 1))
+    a = assumptions or Assumptions()
+    return Fabric(ranks_per_instance, core.interconnect_bytes_per_s, efa_bytes_per_s / max(ranks_per_instance, 1),
+                  a.link_step_s, a.efa_step_s)
 
 
-def _ring(collective: str, ranks: int, nbytes: float, bytes_per_s: float, step_s: float) -> float:
-    bus, steps = traffic(collective, ranks)
-    return steps * step_s + nbytes * bus / bytes_per_s if ranks > 1 else 0.0
+def latency_steps(collective: str, ranks: int) -> int:
+    """Link latencies one collective pays on ``ranks``: recursive halving and doubling (Rabenseifner's
+    algorithm, which moves a ring's bus bytes) takes ``log2(n)`` steps per pass, an all-reduce two
+    passes; all-to-all exchanges pairwise in ``n - 1`` steps; a point-to-point send one."""
+    passes = math.ceil(math.log2(ranks)) if ranks > 1 else 0
+    if collective == "all_reduce":
+        return 2 * passes
+    if collective in ("all_to_all", "all_to_all_single"):
+        return ranks - 1
+    return passes if traffic(collective, ranks).ring_steps > 1 else 1
+
+
+def _pass(collective: str, ranks: int, nbytes: float, bytes_per_s: float, step_s: float) -> float:
+    """One level of a collective: its latency steps plus its bus bytes through each rank's link."""
+    if ranks <= 1:
+        return 0.0
+    return latency_steps(collective, ranks) * step_s + nbytes * traffic(collective, ranks).bus_factor / bytes_per_s
 
 
 def collective_seconds(collective: str, nbytes: float, ranks: int, fab: Fabric) -> dict[str, float]:
     """ESTIMATED seconds of ``collective`` (a ``torch.distributed`` name) of ``nbytes`` (nccl-tests'
-    size) over ``ranks``, by link. Inside one instance a ring over NeuronLink; across instances
-    hierarchical, as the Neuron collectives run it: a ring inside each instance on the full size,
-    then a ring between the instances (one rank of each instance per ring, ``ranks_per_instance``
-    rings side by side) on the ``1 / ranks_per_instance`` share each rank holds, over its share of
-    the EFA."""
+    size) over ``ranks``, by link: each level moves a ring's bus bytes in :func:`latency_steps`
+    steps. Inside one instance over NeuronLink; across instances hierarchical, as the Neuron
+    collectives run it: the collective inside each instance on the full size, then between the
+    instances (one rank of each instance per group, ``ranks_per_instance`` groups side by side) on
+    the ``1 / ranks_per_instance`` share each rank holds, over its share of the EFA."""
     inside = min(ranks, fab.ranks_per_instance)
-    seconds = {INTERCONNECT: _ring(collective, inside, nbytes, fab.link_bytes_per_s, fab.link_step_s)}
+    seconds = {INTERCONNECT: _pass(collective, inside, nbytes, fab.link_bytes_per_s, fab.link_step_s)}
     instances = -(-ranks // inside)
     if instances > 1:
         if not fab.efa_bytes_per_s:
             raise CostModelError(f"{collective} across {instances} instances: the instance has no EFA network")
-        seconds[NETWORK] = _ring(collective, instances, nbytes / inside, fab.efa_bytes_per_s, fab.efa_step_s)
+        seconds[NETWORK] = _pass(collective, instances, nbytes / inside, fab.efa_bytes_per_s, fab.efa_step_s)
     return seconds
 
 
 def estimate_collective(call: dict, generation: str, logical_nc_config: int) -> Estimate:
     """ESTIMATED time of one collective the backend describes (``collective``, ``group_size``,
-    ``bytes``; torch_neuronx/distributed) on ``generation``'s NeuronLink: a ring, each rank sending
-    its bus share of the bytes through its logical core's share of its chip's link, plus
-    :data:`COLLECTIVE_STEP_SECONDS` per ring step. All ranks on different chips of one instance is
-    the assumption (ranks of one chip would share no link)."""
+    ``bytes``; torch_neuronx/distributed) on ``generation``'s NeuronLink: each rank sends its bus
+    share of the bytes through its logical core's share of its chip's link, plus
+    :data:`COLLECTIVE_STEP_SECONDS` per latency step (:func:`latency_steps`). All ranks on
+    different chips of one instance is the assumption (ranks of one chip would share no link)."""
     ranks = call["group_size"]
     seconds = collective_seconds(call["collective"], call["bytes"], ranks,
                                  fabric(generation, logical_nc_config, ranks))[INTERCONNECT]

@@ -41,6 +41,8 @@ class Assumptions:
     hbm_efficiency: float = 0.65     # fraction of HBM bandwidth a kernel's DMA sustains
     kernel_overhead_s: float = 2e-6  # per kernel: DMA descriptors, semaphores, pipeline fill
     host_launch_s: float = 25e-6     # eager: host time to launch one operator (published eager mode)
+    link_step_s: float = 2e-6        # one latency step of a collective over NeuronLink
+    efa_step_s: float = 15e-6        # the same between instances over EFA
 
 
 @dataclass

@@ -33,7 +33,7 @@ import torch
 
 from ..runtime import chips
 from . import graph_estimate, op_trace
-from .cost_model import COLLECTIVE_STEP_SECONDS, EFA_STEP_SECONDS, collective_seconds, fabric, hardware
+from .cost_model import collective_seconds, fabric, hardware
 from .graph_estimate import Assumptions, Cost
 from .model_configs import PRESETS
 
@@ -98,23 +98,21 @@ def _with_layers(config: Any, n: int) -> Any:
 
 
 def shard_config(config: Any, tp: int) -> Any:
-    """One tensor-parallel rank's share of a decoder: ``1/tp`` of the query heads, the MLP width and
-    the vocabulary; the K/V heads divided too, or replicated to one per rank when fewer than ``tp``."""
+    """One tensor-parallel rank's share of a decoder: ``1/tp`` of the query heads, the K/V heads,
+    the MLP width and the vocabulary, each padded up to a multiple of ``tp`` when it does not
+    divide (as the Neuron libraries pad heads); K/V heads fewer than ``tp`` are replicated, one
+    per rank."""
     if tp == 1:
         return config
     heads = getattr(config, "num_attention_heads", None)
     if heads is None or getattr(config, "intermediate_size", None) is None:
         raise EstimateError(f"estimate: tensor parallelism of {type(config).__name__} is not modelled (it needs "
                             "num_attention_heads and intermediate_size); use tp=1")
-    if heads % tp or config.intermediate_size % tp:
-        raise EstimateError(f"estimate: tp={tp} does not divide {heads} attention heads and intermediate size "
-                            f"{config.intermediate_size}: choose a tensor-parallel degree that divides both")
     shard = copy.deepcopy(config)
     shard.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    shard.num_attention_heads = heads // tp
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    shard.num_key_value_heads = max(1, kv // tp)
-    shard.intermediate_size = config.intermediate_size // tp
+    shard.num_attention_heads = -(-heads // tp)
+    shard.num_key_value_heads = -(-(getattr(config, "num_key_value_heads", None) or heads) // tp)
+    shard.intermediate_size = -(-config.intermediate_size // tp)
     shard.vocab_size = -(-config.vocab_size // tp)
     return shard
 
@@ -310,6 +308,7 @@ class _Setup:
     context_len: int
     mode: str
     dtype: str
+    assumptions: Assumptions
 
     @property
     def hw(self) -> Any:
@@ -320,12 +319,12 @@ class _Setup:
         innermost, then pipeline stages, then replicas (NeuronX Distributed's order)."""
         per_instance = self.box.chips * self.chip.physical_cores // self.lnc
         local = min(group, max(1, per_instance // stride))
-        return fabric(self.chip.name, self.lnc, local, self.box.efa_bytes_per_s)
+        return fabric(self.chip.name, self.lnc, local, self.box.efa_bytes_per_s, self.assumptions)
 
 
 def _setup(workload: str, generation: str, instance: str | None, instances: int, chips_used: int | None,
            logical_nc_config: int | None, tp: int, pp: int, dp: int | None, batch: int, global_batch: int | None,
-           seq_len: int, context_len: int | None, dtype: str, mode: str) -> _Setup:
+           seq_len: int, context_len: int | None, dtype: str, mode: str, a: Assumptions) -> _Setup:
     if workload not in WORKLOADS:
         raise EstimateError(f"estimate: unknown workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
     if mode not in ("compiled", "eager"):
@@ -356,7 +355,8 @@ def _setup(workload: str, generation: str, instance: str | None, instances: int,
     global_batch = global_batch or dp * batch
     if global_batch % (dp * batch):
         raise EstimateError(f"estimate: global batch {global_batch} is not a multiple of dp x batch = {dp * batch}")
-    return _Setup(chip, box, instances, used, lnc, cores, tp, pp, dp, global_batch, context_len or seq_len, mode, dtype)
+    return _Setup(chip, box, instances, used, lnc, cores, tp, pp, dp, global_batch, context_len or seq_len, mode, dtype,
+                  a)
 
 
 @dataclass
@@ -463,7 +463,7 @@ def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2
     configuration that cannot be estimated."""
     a = assumptions or Assumptions()
     s = _setup(workload, generation, instance, instances, chips_used, logical_nc_config, tp, pp, dp, batch,
-               global_batch, seq_len, context_len, dtype, mode)
+               global_batch, seq_len, context_len, dtype, mode, a)
     config = load_config(model)
     r = _rank_costs(config, workload, batch, seq_len, s, a)
     tokens = batch * (1 if workload == DECODE else seq_len)
@@ -501,8 +501,8 @@ def _optimizer(params: float, hw: Any, a: Assumptions) -> Cost:
 def _assumptions(a: Assumptions, mode: str) -> list[str]:
     out = [f"compiled matmuls sustain {a.matmul_efficiency:.0%} of TensorE peak, kernels {a.hbm_efficiency:.0%} "
            f"of HBM bandwidth, {a.kernel_overhead_s * 1e6:.1f} us fixed cost per kernel (fitted: docs/cost-model.md)",
-           f"collectives: rings, {COLLECTIVE_STEP_SECONDS * 1e6:.0f} us per NeuronLink step and "
-           f"{EFA_STEP_SECONDS * 1e6:.0f} us per EFA step; hierarchical across instances",
+           f"collectives: a ring's bus bytes in log2(n) steps per pass, {a.link_step_s * 1e6:.1f} us per NeuronLink "
+           f"step and {a.efa_step_s * 1e6:.0f} us per EFA step; hierarchical across instances",
            f"AdamW with fp32 master weights: {OPTIMIZER_BYTES_PER_PARAM} bytes per parameter, sharded over "
            "replicas (ZeRO-1); gradients all-reduced in bf16, not overlapped with the backward",
            "attention runs as flash attention (causal half skipped); collectives do not overlap compute"]
