@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("compiled", "eager"), default="compiled")
     p.add_argument("--activation-checkpointing", action="store_true",
                    help="recompute the layers' forward in the backward")
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="split the element-wise work on activations over the tp ranks (default: when training)")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--list-presets", action="store_true", help="list the preset model names and exit")
     return p

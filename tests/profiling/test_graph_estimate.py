@@ -18,22 +18,29 @@ def _mlp_ops(rows: int = 256, width: int = 512):
     return op_trace.record(lambda r: (torch.relu(x @ w1) * 2.0 + 1.0) @ w2), (x, w1, w2)
 
 
-def test_element_wise_runs_between_matmuls_fuse_and_keep_their_intermediates_on_chip():
+def test_a_matmuls_element_wise_epilogue_fuses_into_it_and_keeps_its_intermediates_on_chip():
     ops, (x, w1, w2) = _mlp_ops()
     regions = ge.fuse(ops)
-    assert [[o.name for o in r] for r in regions] == [["mm"], ["relu", "mul", "add"], ["mm"]]
+    assert [[o.name for o in r] for r in regions] == [["mm", "relu", "mul", "add"], ["mm"]]
     hidden = x.shape[0] * w1.shape[1] * 2
-    # The fused kernel reads the first matmul's result and writes the second's input, once each:
-    # relu's and mul's outputs stay in SBUF.
-    assert ge._traffic(regions) == [x.nbytes + w1.nbytes + hidden, 2 * hidden, hidden + w2.nbytes + x.nbytes]
+    # The first kernel writes only the second matmul's input: the matmul's result and relu's and
+    # mul's outputs stay on chip.
+    assert ge._traffic(regions) == [x.nbytes + w1.nbytes + hidden, hidden + w2.nbytes + x.nbytes]
     eager_bytes = sum(sum(n for _, n in o.reads) + sum(n for _, n in o.writes) for o in ops)
     compiled = ge.compiled(ops, HW)["forward"]
-    assert compiled.kernels == 3 and compiled.bytes_moved < eager_bytes
+    assert compiled.kernels == 2 and compiled.bytes_moved < eager_bytes
+
+
+def test_element_wise_work_not_consuming_a_matmul_is_a_kernel_of_its_own():
+    x = torch.empty(64, 64, device="meta")
+    w = torch.empty(64, 64, device="meta")
+    ops = op_trace.record(lambda r: (x @ w, torch.exp(x) + 1))  # exp reads x, not the matmul's result
+    assert [[o.name for o in r] for r in ge.fuse(ops)] == [["mm"], ["exp", "add"]]
 
 
 def test_a_kernel_is_its_slowest_resource_plus_a_fixed_cost():
     ops, (x, w1, w2) = _mlp_ops(rows=4096, width=4096)
-    first = ge._kernel([ops[0]], x.nbytes + w1.nbytes + 4096 * 16384 * 2, HW, A, None)
+    first = ge.kernel_cost([ops[0]], x.nbytes + w1.nbytes + 4096 * 16384 * 2, HW, A, None)
     flops = 2 * 4096 * 4096 * 16384
     assert first.tensor_flops == flops and first.bound == ge.TENSOR_BOUND
     assert first.seconds == pytest.approx(flops / (HW.tensor_flops_bf16 * A.matmul_efficiency) + A.kernel_overhead_s)
@@ -47,7 +54,7 @@ def test_eager_pays_a_launch_per_operator_the_device_idles_on_when_kernels_are_s
     eager = ge.eager(ops, HW)["forward"]
     assert eager.kernels == len(ops) == 5
     last = ops[-1]
-    last_kernel = ge._kernel([last], sum(n for _, n in last.reads) + sum(n for _, n in last.writes), HW, A, None)
+    last_kernel = ge.kernel_cost([last], sum(n for _, n in last.reads) + sum(n for _, n in last.writes), HW, A, None)
     # Every kernel ends before the next launch: the step is the launches plus the last kernel.
     assert eager.seconds == pytest.approx(len(ops) * A.host_launch_s + last_kernel.seconds)
     assert eager.bound == ge.HOST and eager.seconds > ge.compiled(ops, HW)["forward"].seconds

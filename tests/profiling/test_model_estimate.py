@@ -20,7 +20,7 @@ def test_the_layer_extrapolation_is_the_whole_models_cost(workload):
     """One and two layers recorded and differenced give the cost of recording all four."""
     config = me.load_config(TINY)
     setup = me._setup(workload, "trn2", None, 1, 1, None, 1, 1, None, 2, None, 32, 64, "bf16", "compiled",
-                      ge.Assumptions())
+                      ge.Assumptions(), None)
     costs = me._rank_costs(config, workload, 2, 32, setup, ge.Assumptions())
     ops = me._run(me._build(config), workload, 2, 32, 64, hf=True)
     recorded = ge.compiled(ops, hardware("trn2", 2))

@@ -10,9 +10,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from torch_neuronx.profiling import NeuronConfig, cost_model
 from torch_neuronx.profiling.analysis import tables
+from torch_neuronx.profiling.graph_estimate import Assumptions
 from torch_neuronx.runtime import chips
 
-OVERHEAD_S = 64 / chips.TRN2.engine_clock_hz["scalar"]  # the assumed per-instruction overhead
+A = Assumptions()  # the fitted assumptions every estimate uses
+OVERHEAD_S = A.kernel_overhead_s  # the fixed cost of a kernel
 
 _DTYPE_BYTES = {"BFloat16": 2, "Float": 4, "Float8_e4m3fn": 1}
 
@@ -26,9 +28,10 @@ def call(inputs: list, outputs: list) -> dict:
     return {"inputs": inputs, "outputs": outputs}
 
 
-def test_large_bf16_matmul_is_flops_over_the_bf16_peak_plus_the_fixed_overhead():
+def test_large_bf16_matmul_is_flops_over_the_bf16_rate_plus_the_fixed_overhead():
     """The roofline of module cost_model exactly: compute-bound, so 2n^3 / the logical core's bf16
-    rate (two trn2 physical cores at the default NEURON_LOGICAL_NC_CONFIG=2) plus the overhead."""
+    rate (two trn2 physical cores at the default NEURON_LOGICAL_NC_CONFIG=2) at the fitted matmul
+    efficiency, plus the fixed cost of a kernel."""
     n = 4096
     hw = cost_model.hardware("trn2")
     bf16 = dict(dtype="BFloat16")
@@ -36,7 +39,9 @@ def test_large_bf16_matmul_is_flops_over_the_bf16_peak_plus_the_fixed_overhead()
     assert hw.tensor_flops_bf16 == 2 * chips.TRN2.tensor_flops[chips.BF16]
     assert est.flops == 2 * n**3
     assert est.engine == "TensorE" and est.bound == "compute"
-    assert est.seconds == pytest.approx(2 * n**3 / hw.tensor_flops_bf16 + OVERHEAD_S, rel=1e-12)
+    assert est.seconds == pytest.approx(2 * n**3 / (hw.tensor_flops_bf16 * A.matmul_efficiency) + OVERHEAD_S,
+                                        rel=1e-12)
+    assert est.tensor_peak_seconds == pytest.approx(2 * n**3 / hw.tensor_flops_bf16)  # MFU's denominator
 
 
 def test_fp32_matmul_uses_the_fp32_tensor_rate():
@@ -52,9 +57,9 @@ def test_elementwise_op_is_bound_by_hbm_bandwidth():
     hw = cost_model.hardware("trn2")
     est = cost_model.estimate("aten::add.Tensor", call([t(n), t(n), 1], [t(n)]), hw)
     assert est.engine == "VectorE" and est.bound == "memory"
-    per_core_bandwidth = 2.9e12 / 4
+    per_core_bandwidth = 2.9e12 / 4 * A.hbm_efficiency
     assert est.bytes_moved == 3 * 4 * n
-    assert est.seconds == pytest.approx(est.bytes_moved / per_core_bandwidth, rel=0.05)
+    assert est.seconds == pytest.approx(est.bytes_moved / per_core_bandwidth + OVERHEAD_S, rel=1e-12)
 
 
 def test_trn3_has_more_bandwidth_than_trn2():
@@ -182,7 +187,9 @@ def test_compiled_graph_is_estimated_from_its_matmul_flops_and_its_inputs_and_ou
     flops, moved = 2 * m * k * n, 4 * (m * k + k * n + m * n)  # fp32; the mm result stays on chip
     assert row["estimated_flops"] == flops and row["estimated_bytes_moved"] == moved
     assert row["estimated_engine"] == "TensorE"
-    fp32, hbm = 2 * chips.TRN2.tensor_flops[chips.FP32], 2 * chips.TRN2.hbm_bytes_per_s / 8  # LNC=2
+    # One kernel, relu its epilogue: the fitted shares of the fp32 rate and the bandwidth (LNC=2).
+    fp32 = 2 * chips.TRN2.tensor_flops[chips.FP32] * A.matmul_efficiency
+    hbm = 2 * chips.TRN2.hbm_bytes_per_s / 8 * A.hbm_efficiency
     seconds = max(flops / fp32, moved / hbm) + OVERHEAD_S
     assert row["estimated_chip_time_us"] == pytest.approx(seconds * 1e6)
 
@@ -251,9 +258,11 @@ def test_trn3_uses_its_own_published_figures():
     assert trn3.vector_flops == 2 * 1.2e12 and trn2.vector_flops == 2 * 1.0e12
     fp8 = ("aten::mm", call([t(4096, 4096, dtype="Float8_e4m3fn")] * 2, [t(4096, 4096, dtype="BFloat16")]))
     est = cost_model.estimate(*fp8, trn3)
-    assert est.seconds == pytest.approx(2 * 4096**3 / (2 * chips.TRN3.tensor_flops[chips.FP8]) + OVERHEAD_S)
+    fp8_rate = 2 * chips.TRN3.tensor_flops[chips.FP8] * A.matmul_efficiency
+    assert est.seconds == pytest.approx(2 * 4096**3 / fp8_rate + OVERHEAD_S)
     relu = cost_model.estimate("aten::relu", call([t(1 << 22)], [t(1 << 22)]), trn3)
-    assert relu.seconds == pytest.approx(relu.bytes_moved / (chips.TRN3.hbm_bytes_per_s / 4) + OVERHEAD_S)
+    hbm = chips.TRN3.hbm_bytes_per_s / 4 * A.hbm_efficiency
+    assert relu.seconds == pytest.approx(relu.bytes_moved / hbm + OVERHEAD_S)
 
 
 def test_a_failing_flop_formula_is_an_error_with_its_reason_not_an_elementwise_estimate():
@@ -291,9 +300,10 @@ def test_mfu_divides_by_the_peak_of_the_flops_dtype(tmp_path):
     a = torch.randn(n, n, device="neuron")
     a @ a
     summary = _profile(tmp_path, lambda: a @ a)["Summary"].to_pylist()[0]
-    compute = 2 * n**3 / (2 * chips.TRN2.tensor_flops[chips.FP32])
+    peak = 2 * n**3 / (2 * chips.TRN2.tensor_flops[chips.FP32])
     assert summary["model_flops"] == summary["hardware_flops"] == 2 * n**3
-    assert summary["estimated_mfu"] == pytest.approx(compute / (compute + OVERHEAD_S))
+    # MFU: the FLOPs at peak over the estimated time (the fitted efficiency plus the fixed cost).
+    assert summary["estimated_mfu"] == pytest.approx(peak / (peak / A.matmul_efficiency + OVERHEAD_S))
     assert summary["estimated_hfu"] == summary["estimated_mfu"]
 
 
@@ -358,13 +368,13 @@ def test_a_compiled_graph_whose_flop_formula_fails_is_unestimated(monkeypatch):
 
 def test_a_collective_is_a_ring_on_the_cores_share_of_the_chips_neuronlink():
     """A 64 MB all-reduce on 4 ranks: 2(n-1)/n of the bytes through a logical core's share of the
-    chip's published NeuronLink bandwidth (2 of 8 physical cores), plus the assumed latency of
-    each of recursive halving-doubling's 2 log2(n) steps; trn3's link (2.56 TB/s against 1.28)
-    halves the transfer."""
+    chip's published NeuronLink bandwidth (2 of 8 physical cores) at the fitted link efficiency,
+    plus the assumed latency of each of recursive halving-doubling's 2 log2(n) steps; trn3's link
+    (2.56 TB/s against 1.28) halves the transfer."""
     n, size = 4, 64 << 20
     message = {"collective": "all_reduce", "group_size": n, "bytes": size}
     for generation, link in (("trn2", 1.28e12), ("trn3", 2.56e12)):
         est = cost_model.estimate_collective(message, generation, logical_nc_config=2)
-        transfer = size * 1.5 / (link * 2 / 8)
+        transfer = size * 1.5 / (link * 2 / 8 * Assumptions().link_efficiency)
         assert est.seconds == pytest.approx(4 * cost_model.COLLECTIVE_STEP_SECONDS + transfer, rel=1e-12)
         assert est.engine == "NeuronLink" and est.bytes_moved == int(size * 1.5) and est.flops == 0

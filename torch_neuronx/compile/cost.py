@@ -10,17 +10,39 @@ count) and kept under the kernel's name:
   the reason (``GraphCost.unestimated``) so the graph is reported unestimated, not undercounted;
 - bytes: the graph's tensor inputs read plus its tensor outputs written, as a fused kernel
   moves them (intermediates stay on chip); an output that is an input or a view of one is not
-  written, views of one result are written once.
+  written, views of one result are written once;
+- ops: the graph's operators as :class:`Op` records (what each reads and writes by storage, views
+  free), which the profiler cuts into fused kernels as the whole-model estimator does
+  (:mod:`torch_neuronx.profiling.graph_estimate`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import operator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import fx
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
+
+MATMUL, ATTENTION, ELEMENTWISE = "matmul", "attention", "elementwise"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator call as the cost model sees it: its work and the storages it reads and writes
+    (recorded from a compiled graph here, or from a model on meta tensors by
+    :mod:`torch_neuronx.profiling.op_trace`)."""
+
+    name: str
+    kind: str                       # MATMUL, ATTENTION or ELEMENTWISE
+    tensor_flops: int               # TensorE FLOPs (matrix and attention operators)
+    lane_elements: int              # elements the lane engines (VectorE/ScalarE) process
+    dtype: str                      # dtype of its first tensor input, as torch names it
+    reads: tuple[tuple[int, int], ...]   # (storage id, bytes) of each tensor read
+    writes: tuple[tuple[int, int], ...]  # (storage id, bytes) of each tensor written
+    phase: str                      # "forward" or "backward"
 
 
 @dataclass(frozen=True)
@@ -30,6 +52,7 @@ class GraphCost:
     matmul_flops: dict[str, int]  # by dtype name as torch spells it ("bfloat16", "float32")
     bytes_moved: int
     unestimated: tuple[str, ...] = ()  # why a node's FLOPs could not be counted
+    ops: tuple[Op, ...] = field(default=(), compare=False)  # the operator trace, in graph order
 
 
 _costs: dict[str, GraphCost | None] = {}  # kernel name -> its graph's cost; None when ambiguous
@@ -51,30 +74,57 @@ def _base(node: fx.Node) -> fx.Node:
 
 
 def count(gm: fx.GraphModule) -> GraphCost:
-    """The FLOPs and bytes of one execution of ``gm`` (an AOT graph whose nodes carry ``val``)."""
+    """The FLOPs, bytes and operator trace of one execution of ``gm`` (an AOT graph whose nodes
+    carry ``val``)."""
     flops: dict[str, int] = {}
     failed: list[str] = []
+    ops: list[Op] = []
+    storage: dict[fx.Node, int] = {}  # node -> the storage it reads or writes (views: their base's)
     moved = 0
+
+    def of(node: fx.Node) -> int:
+        node = _base(node)
+        while node.op == "call_function" and node.target is operator.getitem:  # one result of a multi-output op
+            node = _base(node.args[0])
+        return storage.setdefault(node, len(storage))
+
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             moved += _bytes(node.meta.get("val"))
         elif node.op == "output":
             written = {_base(n) for n in tree_leaves(node.args[0]) if isinstance(n, fx.Node)}
             moved += sum(_bytes(n.meta.get("val")) for n in written if n.op != "placeholder")
-        elif node.op == "call_function":
-            formula = flop_registry.get(getattr(node.target, "overloadpacket", node.target))
-            if formula is None:
-                continue
-            args, kwargs = _val(node.args), _val(node.kwargs)
-            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-            try:
-                n = int(formula(*args, **kwargs, out_val=node.meta.get("val")))
-            except Exception as e:  # a formula that cannot read this node's arguments
-                failed.append(f"FLOP formula of {node.target} failed: {type(e).__name__}: {e}")
-                continue
-            dtype = str(first.dtype).removeprefix("torch.") if first is not None else "float32"
-            flops[dtype] = flops.get(dtype, 0) + n
-    return GraphCost(flops, moved, tuple(failed))
+        elif node.op == "call_function" and not getattr(node.target, "is_view", False) \
+                and node.target is not operator.getitem:
+            op = _op(node, of, failed)
+            if op is not None:
+                ops.append(op)
+                if op.kind == MATMUL:
+                    flops[op.dtype] = flops.get(op.dtype, 0) + op.tensor_flops
+    return GraphCost(flops, moved, tuple(failed), tuple(ops))
+
+
+def _op(node: fx.Node, of: Any, failed: list[str]) -> Op | None:
+    """One node as the cost model's operator: its FLOPs (a matrix operator) or the elements it
+    writes, and what it reads and writes; None for a node without tensors."""
+    outputs = [v for v in tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
+    inputs = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    if not outputs:
+        return None
+    reads = tuple((of(n), _bytes(n.meta["val"])) for n in inputs)
+    writes = ((of(node), sum(_bytes(v) for v in outputs)),)
+    first = next((n.meta["val"] for n in inputs), outputs[0])
+    dtype = str(first.dtype).removeprefix("torch.")
+    formula = flop_registry.get(getattr(node.target, "overloadpacket", node.target))
+    if formula is not None:
+        args, kwargs = _val(node.args), _val(node.kwargs)
+        try:
+            n = int(formula(*args, **kwargs, out_val=node.meta.get("val")))
+        except Exception as e:  # a formula that cannot read this node's arguments
+            failed.append(f"FLOP formula of {node.target} failed: {type(e).__name__}: {e}")
+            return None
+        return Op(str(node.target), MATMUL, n, 0, dtype, reads, writes, "forward")
+    return Op(str(node.target), ELEMENTWISE, 0, sum(v.numel() for v in outputs), dtype, reads, writes, "forward")
 
 
 def record(kernel: str, cost: GraphCost) -> None:

@@ -1,16 +1,18 @@
 """ESTIMATED time of framework operators on the target chip (trn2 default, trn3 selectable).
 
-Every number here is an estimate from a roofline, not a measurement: an operator takes
-``max(flops / engine_rate, bytes / hbm_bandwidth) + fixed overhead`` on one LOGICAL NeuronCore,
-whose figures are its physical cores' summed engine rates and HBM share
-(:func:`hardware`, from the chip facts of :mod:`torch_neuronx.runtime.chips`):
+Every number here is an estimate from a roofline, not a measurement: an operator is one kernel
+costed as the whole-model estimator costs its kernels (:func:`.graph_estimate.kernel_cost`:
+``max(TensorE, lane engines, HBM) + fixed cost``, at the fitted efficiencies of
+:class:`.graph_estimate.Assumptions`) on one LOGICAL NeuronCore, whose figures are its physical
+cores' summed engine rates and HBM share (:func:`hardware`, from the chip facts of
+:mod:`torch_neuronx.runtime.chips`):
 - matrix operators (those ``torch.utils.flop_counter`` has a formula for: mm, addmm, bmm,
   convolution, attention...) run on TensorE at its rate for the dtype (bf16/fp16, fp32, fp8),
   with PyTorch's FLOP formulas; a formula that fails leaves the operator UNESTIMATED
   (:class:`CostModelError`, with the reason) rather than guessed;
-- every other operator runs on VectorE, counted as one operation per element written
-  (``_foreach_*`` ops: summed over the list) and costed at VectorE's element rate (data-path
-  width x clock, :mod:`torch_neuronx.runtime.chips`);
+- every other operator runs on the lane engines (VectorE and ScalarE), counted as one operation
+  per element written (``_foreach_*`` ops: summed over the list) at their element rates
+  (data-path width x clock, :mod:`torch_neuronx.runtime.chips`);
 - bytes moved = the tensors read plus the tensors written, as the shim describes each call's
   kernel while a profiler records (no ``record_shapes`` needed);
 - copies run on the DMA engines: host <-> device moves the source's bytes over the host link
@@ -21,8 +23,9 @@ whose figures are its physical cores' summed engine rates and HBM share
 - collectives run on the chip-to-chip interconnect (NeuronLink) as rings: the bus bytes through
   the core's share of the chip's link bandwidth plus an assumed latency per ring step, and
   between instances hierarchically over EFA (:func:`collective_seconds`);
-- compiled graphs: their matrix FLOPs on TensorE (counted at compile time,
-  :mod:`torch_neuronx.compile.cost`) against their inputs read and outputs written.
+- compiled graphs: their fused kernels (the graph's operator trace recorded at compile time,
+  :mod:`torch_neuronx.compile.cost`, cut and costed by :mod:`.graph_estimate`, the whole-model
+  estimator's code path).
 """
 from __future__ import annotations
 
@@ -38,7 +41,9 @@ from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor
 from ..compile.cost import GraphCost
 from ..distributed.traffic import traffic
 from ..runtime.chips import logical_core
-from .graph_estimate import Assumptions
+from . import graph_estimate
+from .graph_estimate import Assumptions, Cost
+from .op_trace import ELEMENTWISE, MATMUL, Op
 
 HOST_LINK_BYTES_PER_S = 32e9  # assumed PCIe Gen5 x16 effective rate, host <-> device
 # Latency of one step of a collective (a hop between chips and its synchronization) over
@@ -97,12 +102,9 @@ def _as_shapes(value: Any) -> Any:
     return value
 
 
-def _roofline(flops: int, compute: float, bytes_moved: int, memory: float, engine: str,
-              overhead: float) -> Estimate:
-    """The slower of the compute and memory times (seconds), plus a fixed overhead."""
-    return Estimate(flops, bytes_moved, engine, max(compute, memory) + overhead,
-                    "compute" if compute >= memory else "memory",
-                    compute if engine == TENSOR else 0.0)
+def _dma(bytes_moved: int, seconds: float, hw: HardwareConfig) -> Estimate:
+    """A copy on the DMA engines: its transfer plus the fixed cost of a DMA."""
+    return Estimate(0, bytes_moved, DMA, seconds + hw.dma_overhead_s, "memory", 0.0)
 
 
 def _flops(name: str, inputs: list[Any], outputs: list[Any]) -> int | None:
@@ -127,28 +129,40 @@ def _flops(name: str, inputs: list[Any], outputs: list[Any]) -> int | None:
     raise CostModelError(f"FLOP formula of {op} failed: {type(error).__name__}: {error}")
 
 
-def estimate(name: str, call: dict, hw: HardwareConfig) -> Estimate | None:
+def _from_cost(cost: Cost, flops: int, peak_seconds: float) -> Estimate:
+    """The estimate of kernels the graph estimator costed (:mod:`.graph_estimate`)."""
+    compute = cost.bound in (graph_estimate.TENSOR_BOUND, graph_estimate.LANE_BOUND)
+    return Estimate(flops, cost.bytes_moved, TENSOR if cost.tensor_flops else VECTOR, cost.seconds,
+                    "compute" if compute else "memory", peak_seconds)
+
+
+def estimate(name: str, call: dict, hw: HardwareConfig, assumptions: Assumptions | None = None) -> Estimate | None:
     """Estimate one call of ``name`` from the shim's description of its tensors
     (``{"inputs": [...], "outputs": [...]}``, see csrc/shim/profiler/profiler.h); None without tensors.
 
-    Bytes moved are the tensors read plus the tensors written: the outputs, or for an in-place
-    operator that returns nothing (``_foreach_add_``) its first argument. Operators without a FLOP
-    formula do one VectorE operation per element written. Raises CostModelError when the
-    operator's FLOP formula fails."""
+    The call is one kernel costed as the whole-model estimator costs one
+    (:func:`.graph_estimate.kernel_cost`, the fitted assumptions): bytes moved are the tensors
+    read plus the tensors written (the outputs, or for an in-place operator that returns nothing,
+    ``_foreach_add_``, its first argument); operators without a FLOP formula do one lane-engine
+    operation per element written. Raises CostModelError when the operator's FLOP formula fails."""
     inputs, outputs = call["inputs"], call["outputs"]
     read = _tensors(inputs)
     written = _tensors(outputs) or _tensors(inputs[:1])
     if not read and not written:
         return None
     bytes_moved = sum(t["bytes"] for t in read + written)
+    dtype = (read or written)[0]["dtype"]
     flops = _flops(name, inputs, outputs)
+    tensors = lambda ts: tuple((i, t["bytes"]) for i, t in enumerate(ts))  # noqa: E731
     if flops is not None:
-        rate, engine = tensor_rate(hw, (read or written)[0]["dtype"]), TENSOR
+        op = Op(name, MATMUL, flops, 0, dtype, tensors(read), tensors(written), "forward")
+        peak = flops / tensor_rate(hw, dtype)
     else:
         flops = sum(math.prod(t["shape"]) for t in written)
-        rate, engine = hw.vector_elements_per_s, VECTOR  # one element per operation
-    return _roofline(flops, flops / rate, bytes_moved, bytes_moved / hw.dma_bytes_per_s, engine,
-                     hw.compute_overhead_cycles / hw.clock_hz)
+        op = Op(name, ELEMENTWISE, 0, flops, dtype, tensors(read), tensors(written), "forward")
+        peak = 0.0
+    cost = graph_estimate.kernel_cost([op], bytes_moved, hw, assumptions or Assumptions(), None)
+    return _from_cost(cost, flops, peak)
 
 
 def estimate_copy(kernel: str, call: dict, hw: HardwareConfig) -> Estimate | None:
@@ -162,22 +176,22 @@ def estimate_copy(kernel: str, call: dict, hw: HardwareConfig) -> Estimate | Non
         return None
     source = sum(t["bytes"] for t in _tensors(call["inputs"]))
     if over_link:
-        return _roofline(0, 0.0, source, transfer_seconds(source), DMA, hw.dma_overhead_s)
+        return _dma(source, transfer_seconds(source), hw)
     moved = source + sum(t["bytes"] for t in _tensors(call["outputs"]))
-    return _roofline(0, 0.0, moved, moved / hw.dma_bytes_per_s, DMA, hw.dma_overhead_s)
+    return _dma(moved, moved / hw.dma_bytes_per_s, hw)
 
 
-def estimate_compiled(cost: GraphCost, hw: HardwareConfig) -> Estimate:
-    """Estimate one execution of a compiled graph as one fused kernel: its matrix FLOPs on
-    TensorE (at each dtype's rate) against its inputs read and outputs written; a graph without
-    matrix operators is elementwise work on VectorE, bound by its bytes. Raises CostModelError
-    when a FLOP formula failed on one of its nodes."""
+def estimate_compiled(cost: GraphCost, hw: HardwareConfig, assumptions: Assumptions | None = None) -> Estimate:
+    """Estimate one execution of a compiled graph from its fused kernels, as the whole-model
+    estimator runs a compiled graph (:func:`.graph_estimate.compiled` over the graph's operator
+    trace, :mod:`torch_neuronx.compile.cost`). Raises CostModelError when a FLOP formula failed on
+    one of its nodes."""
     if cost.unestimated:
         raise CostModelError("; ".join(cost.unestimated))
+    total = sum(graph_estimate.compiled(list(cost.ops), hw, assumptions or Assumptions()).values(), Cost())
     flops = sum(cost.matmul_flops.values())
-    compute = sum(n / tensor_rate(hw, dtype) for dtype, n in cost.matmul_flops.items())
-    return _roofline(flops, compute, cost.bytes_moved, cost.bytes_moved / hw.dma_bytes_per_s,
-                     TENSOR if flops else VECTOR, hw.compute_overhead_cycles / hw.clock_hz)
+    peak = sum(n / tensor_rate(hw, dtype) for dtype, n in cost.matmul_flops.items())
+    return _from_cost(total, flops, peak)
 
 
 @dataclass(frozen=True)
@@ -196,11 +210,13 @@ class Fabric:
 def fabric(generation: str, logical_nc_config: int, ranks_per_instance: int, efa_bytes_per_s: float = 0.0,
            assumptions: Assumptions | None = None) -> Fabric:
     """The fabric of a group with ``ranks_per_instance`` logical cores (one rank each) per instance
-    of ``generation``'s chips, the instance having ``efa_bytes_per_s`` of EFA."""
+    of ``generation``'s chips, the instance having ``efa_bytes_per_s`` of EFA: each rank's share of
+    its chip's NeuronLink at the fitted ``link_efficiency`` (nccom-test's measured bus bandwidths are
+    a third of the link share), and its share of the EFA (assumed sustained)."""
     core = logical_core(generation, logical_nc_config)
     a = assumptions or Assumptions()
-    return Fabric(ranks_per_instance, core.interconnect_bytes_per_s, efa_bytes_per_s / max(ranks_per_instance, 1),
-                  a.link_step_s, a.efa_step_s)
+    return Fabric(ranks_per_instance, core.interconnect_bytes_per_s * a.link_efficiency,
+                  efa_bytes_per_s / max(ranks_per_instance, 1), a.link_step_s, a.efa_step_s)
 
 
 def latency_steps(collective: str, ranks: int) -> int:

@@ -1,12 +1,12 @@
 """ESTIMATED device time of a recorded operator sequence (:mod:`.op_trace`) on one logical core, the
 way it would run compiled or eager.
 
-- **Compiled**: the sequence is one graph cut into fused kernels as a graph compiler cuts it
-  (Inductor's rule, which the Neuron compiler's tiling generalises): each matrix operator and each
-  flash attention is a kernel; the element-wise and reduction operators between two of them (in
-  one phase) fuse into one kernel. A fused kernel reads from HBM only the tensors produced outside
-  it (parameters, inputs, other kernels' results) and writes only what is read outside it or
-  never read again (gradients, outputs); its intermediates stay in SBUF.
+- **Compiled**: the sequence is one graph cut into fused kernels as a graph compiler cuts it:
+  each matrix operator is a kernel together with the element-wise run consuming its result (its
+  epilogue), each flash attention is a kernel, and the other element-wise and reduction operators
+  between two of them (in one phase) fuse into one kernel. A fused kernel reads from HBM only the
+  tensors produced outside it (parameters, inputs, other kernels' results) and writes only what
+  is read outside it or never read again (gradients, outputs); its intermediates stay in SBUF.
 - **Eager**: every operator is a kernel of its own (reads and writes all its tensors) launched by
   the host, which spends :attr:`Assumptions.host_launch_s` per launch; launches are queued
   asynchronously, so the device idles only when the host falls behind.
@@ -26,7 +26,7 @@ from typing import Iterable
 
 from nki.simulator.cost_model import HardwareConfig, tensor_rate
 
-from .op_trace import ATTENTION, ELEMENTWISE, Op
+from .op_trace import ATTENTION, ELEMENTWISE, MATMUL, Op
 
 TENSOR_BOUND, LANE_BOUND, HBM_BOUND = "TensorE", "VectorE/ScalarE", "HBM"
 OVERHEAD, HOST = "kernel overhead", "host launch"
@@ -37,11 +37,12 @@ class Assumptions:
     """The parameters no chip fact gives. Defaults fitted on the rows marked ``fitted`` in
     benchmarks/cost_model_validation.py (docs/cost-model.md)."""
 
-    matmul_efficiency: float = 0.55  # fraction of TensorE peak a compiled matmul sustains
-    hbm_efficiency: float = 0.65     # fraction of HBM bandwidth a kernel's DMA sustains
-    kernel_overhead_s: float = 2e-6  # per kernel: DMA descriptors, semaphores, pipeline fill
+    matmul_efficiency: float = 0.6   # fraction of TensorE peak a compiled matmul sustains
+    hbm_efficiency: float = 0.6      # fraction of HBM bandwidth a kernel's DMA sustains
+    kernel_overhead_s: float = 4e-6  # per kernel: DMA descriptors, semaphores, pipeline fill
     host_launch_s: float = 25e-6     # eager: host time to launch one operator (published eager mode)
-    link_step_s: float = 2e-6        # one latency step of a collective over NeuronLink
+    link_step_s: float = 4e-6        # one latency step of a collective over NeuronLink
+    link_efficiency: float = 0.33    # fraction of its NeuronLink share a collective's transfers sustain
     efa_step_s: float = 15e-6        # the same between instances over EFA
 
 
@@ -81,12 +82,16 @@ class Cost:
 
 
 def fuse(ops: Iterable[Op]) -> list[list[Op]]:
-    """Fused kernels of a compiled graph: matrix operators and attention alone, the element-wise
-    runs between them (within one phase) together."""
+    """Fused kernels of a compiled graph: each matrix operator with the element-wise run that
+    consumes its result (an epilogue, applied as the result leaves PSUM), each attention alone,
+    and the other element-wise runs between them (within one phase) together."""
     regions: list[list[Op]] = []
     for op in ops:
-        joins = (op.kind == ELEMENTWISE and regions and regions[-1][-1].kind == ELEMENTWISE
-                 and regions[-1][-1].phase == op.phase)
+        last = regions[-1][-1] if regions else None
+        epilogue = last is not None and last.kind == MATMUL and len(regions[-1]) == 1 and bool(
+            {s for s, _ in op.reads} & {s for s, _ in last.writes})
+        joins = op.kind == ELEMENTWISE and last is not None and last.phase == op.phase and (
+            last.kind == ELEMENTWISE or epilogue)
         if joins:
             regions[-1].append(op)
         else:
@@ -116,7 +121,7 @@ def _traffic(regions: list[list[Op]]) -> list[int]:
     return moved
 
 
-def _kernel(ops: list[Op], moved: int, hw: HardwareConfig, a: Assumptions, matmul_dtype: str | None) -> Cost:
+def kernel_cost(ops: list[Op], moved: int, hw: HardwareConfig, a: Assumptions, matmul_dtype: str | None) -> Cost:
     tensor = lanes = 0.0
     flops = 0
     for op in ops:
@@ -145,7 +150,7 @@ def compiled(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
     regions = fuse(ops)
     phases: dict[str, Cost] = defaultdict(Cost)
     for region, moved in zip(regions, _traffic(regions)):
-        phases[region[0].phase] += _kernel(region, _narrow_matmul_reads(region, moved, matmul_dtype), hw, a,
+        phases[region[0].phase] += kernel_cost(region, _narrow_matmul_reads(region, moved, matmul_dtype), hw, a,
                                            matmul_dtype)
     return dict(phases)
 
@@ -161,7 +166,7 @@ def eager(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
         region = [op]
         moved = _narrow_matmul_reads(region, sum(n for _, n in op.reads) + sum(n for _, n in op.writes),
                                      matmul_dtype)
-        cost = _kernel(region, moved, hw, a, matmul_dtype)
+        cost = kernel_cost(region, moved, hw, a, matmul_dtype)
         host += a.host_launch_s
         idle = max(0.0, host - device)
         device += idle + cost.seconds

@@ -26,7 +26,7 @@ import copy
 import importlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -309,6 +309,7 @@ class _Setup:
     mode: str
     dtype: str
     assumptions: Assumptions
+    sequence_parallel: bool
 
     @property
     def hw(self) -> Any:
@@ -324,7 +325,8 @@ class _Setup:
 
 def _setup(workload: str, generation: str, instance: str | None, instances: int, chips_used: int | None,
            logical_nc_config: int | None, tp: int, pp: int, dp: int | None, batch: int, global_batch: int | None,
-           seq_len: int, context_len: int | None, dtype: str, mode: str, a: Assumptions) -> _Setup:
+           seq_len: int, context_len: int | None, dtype: str, mode: str, a: Assumptions,
+           sequence_parallel: bool | None) -> _Setup:
     if workload not in WORKLOADS:
         raise EstimateError(f"estimate: unknown workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
     if mode not in ("compiled", "eager"):
@@ -355,8 +357,10 @@ def _setup(workload: str, generation: str, instance: str | None, instances: int,
     global_batch = global_batch or dp * batch
     if global_batch % (dp * batch):
         raise EstimateError(f"estimate: global batch {global_batch} is not a multiple of dp x batch = {dp * batch}")
+    if sequence_parallel is None:
+        sequence_parallel = workload == TRAIN and tp > 1
     return _Setup(chip, box, instances, used, lnc, cores, tp, pp, dp, global_batch, context_len or seq_len, mode, dtype,
-                  a)
+                  a, sequence_parallel and tp > 1 and workload != DECODE)
 
 
 @dataclass
@@ -380,9 +384,10 @@ def _rank_costs(config: Any, workload: str, batch: int, seq_len: int, s: _Setup,
     cost_of = graph_estimate.compiled if s.mode == "compiled" else graph_estimate.eager
 
     def record(cfg: Any) -> tuple[dict[str, Cost], int]:
-        model = _build(cfg)
-        ops = _run(model, workload, batch, seq_len, s.context_len, hf=not callable(cfg))
-        return cost_of(ops, s.hw, a, _MATMUL_DTYPES[s.dtype]), _parameters(model)
+        ops, params = _recorded(cfg, workload, batch, seq_len, s.context_len)
+        if s.sequence_parallel:
+            ops = _sequence_parallel(ops, batch * seq_len * config.hidden_size, s.tp)
+        return cost_of(ops, s.hw, a, _MATMUL_DTYPES[s.dtype]), params
 
     if callable(config):
         if s.tp > 1 or s.pp > 1:
@@ -400,6 +405,23 @@ def _rank_costs(config: Any, workload: str, batch: int, seq_len: int, s: _Setup,
     whole_one, whole_two = (_parameters(_build(_with_layers(config, n))) for n in (1, 2))
     return _RankCosts({k: one[k] - layer[k] for k in one}, layer, depth, 2 * p1 - p2, p2 - p1,
                       whole_one + (whole_two - whole_one) * (depth - 1))
+
+
+def _sequence_parallel(ops: list[op_trace.Op], activation: int, tp: int) -> list[op_trace.Op]:
+    """Sequence parallelism (NeuronX Distributed's default for training): the hidden-size
+    activations between the tensor-parallel blocks (norms, residual adds, dropout) are split
+    along the sequence over the ``tp`` ranks, so each rank does ``1/tp`` of the element-wise work
+    on them; the all-reduces become all-gathers and reduce-scatters of the same bus bytes."""
+    def split(tensors: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        return tuple((sid, n // tp if n in sizes else n) for sid, n in tensors)
+
+    sizes = {activation * 2, activation * 4}  # bf16 or fp32 (the norms' upcast)
+    out = []
+    for op in ops:
+        if op.kind == op_trace.ELEMENTWISE and op.writes and all(n in sizes for _, n in op.writes):
+            op = replace(op, lane_elements=op.lane_elements // tp, reads=split(op.reads), writes=split(op.writes))
+        out.append(op)
+    return out
 
 
 def _collective(collective: str, nbytes: float, group: int, fab: Any, count: float = 1) -> Cost:
@@ -449,7 +471,8 @@ def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2
                    instances: int = 1, chips_used: int | None = None, logical_nc_config: int | None = None,
                    tp: int = 1, pp: int = 1, dp: int | None = None, batch: int = 1, global_batch: int | None = None,
                    seq_len: int = 2048, context_len: int | None = None, dtype: str = "bf16", mode: str = "compiled",
-                   activation_checkpointing: bool = False, assumptions: Assumptions | None = None) -> ModelEstimate:
+                   activation_checkpointing: bool = False, sequence_parallel: bool | None = None,
+                   assumptions: Assumptions | None = None) -> ModelEstimate:
     """ESTIMATE one step of ``model`` (see :func:`load_config`) on ``instances`` x ``instance`` (or
     ``chips_used`` chips of one) of ``generation``.
 
@@ -459,11 +482,13 @@ def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2
     ``batch`` sequences with ``context_len`` tokens of KV cache: the time per output token).
     ``dtype``: ``"bf16"``, ``"fp8"`` (matrix operands in FP8) or ``"mxfp8"`` (trn3). ``mode``:
     ``"compiled"`` (fused kernels) or ``"eager"`` (a launch per operator). Data parallelism
-    ``dp`` defaults to the cores left by ``tp * pp``. Raises :class:`EstimateError` for a
-    configuration that cannot be estimated."""
+    ``dp`` defaults to the cores left by ``tp * pp``. ``sequence_parallel`` (default: training
+    with ``tp > 1``, as NeuronX Distributed trains) splits the element-wise work on the hidden-size
+    activations over the tensor-parallel ranks. Raises :class:`EstimateError` for a configuration
+    that cannot be estimated."""
     a = assumptions or Assumptions()
     s = _setup(workload, generation, instance, instances, chips_used, logical_nc_config, tp, pp, dp, batch,
-               global_batch, seq_len, context_len, dtype, mode, a)
+               global_batch, seq_len, context_len, dtype, mode, a, sequence_parallel)
     config = load_config(model)
     r = _rank_costs(config, workload, batch, seq_len, s, a)
     tokens = batch * (1 if workload == DECODE else seq_len)
@@ -485,6 +510,23 @@ def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2
         peak_flops_per_core=chips.logical_core(s.chip, s.lnc).tensor_flops[_PEAK_CLASS[dtype]],
         price_per_hour=s.box.price_per_hour, price_source=s.box.price_source,
         facts=_facts(s.chip, s.lnc, dtype, s.box), assumptions=_assumptions(a, mode))
+
+
+def _recorded(config: Any, workload: str, batch: int, seq_len: int, context_len: int) -> tuple[list[op_trace.Op], int]:
+    """The operators and parameter count of one workload, recorded once per configuration: a
+    sweep over chips, dtypes or assumptions re-costs the same recording."""
+    key = (config if callable(config) else config.to_json_string(), workload, batch, seq_len, context_len)
+    if key not in _RECORDINGS:
+        if len(_RECORDINGS) >= _RECORDINGS_KEPT:
+            _RECORDINGS.pop(next(iter(_RECORDINGS)))
+        model = _build(config)
+        _RECORDINGS[key] = (_run(model, workload, batch, seq_len, context_len, hf=not callable(config)),
+                            _parameters(model))
+    return _RECORDINGS[key]
+
+
+_RECORDINGS: dict[tuple, tuple[list[op_trace.Op], int]] = {}
+_RECORDINGS_KEPT = 64  # recordings of two-layer models: a few MB each
 
 
 def _parameters(model: torch.nn.Module) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,26 +24,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-MATMUL, ATTENTION, ELEMENTWISE = "matmul", "attention", "elementwise"
+from ..compile.cost import ATTENTION, ELEMENTWISE, MATMUL, Op
+
+__all__ = ["ATTENTION", "ELEMENTWISE", "MATMUL", "Op", "OpRecorder", "hf_flash_attention", "record", "recording"]
+
 # Flash-attention backward recomputes the scores: five matmuls of the forward's two.
 _FLASH_BACKWARD_FLOPS = 2.5
 # Operators that allocate without writing: no work.
 _NO_WORK = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "lift_fresh",
             "_local_scalar_dense"}
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operator call: its work and the storages it reads and writes."""
-
-    name: str
-    kind: str                       # MATMUL, ATTENTION or ELEMENTWISE
-    tensor_flops: int               # TensorE FLOPs (matrix and attention operators)
-    lane_elements: int              # elements the lane engines (VectorE/ScalarE) process
-    dtype: str                      # dtype of its first tensor input, as torch names it
-    reads: tuple[tuple[int, int], ...]   # (storage id, bytes) of each tensor read
-    writes: tuple[tuple[int, int], ...]  # (storage id, bytes) of each tensor written
-    phase: str                      # "forward" or "backward"
 
 
 class _Storages:

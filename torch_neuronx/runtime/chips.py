@@ -80,8 +80,8 @@ TRN1 = Chip(
     hbm_bytes=32 * GiB,   # [T1]
     hbm_bytes_per_s=820e9,  # [T1]/[K1] 820 GB/s
     dma_bytes_per_s=1e12,   # [T1] "1 TB/sec of DMA bandwidth"
-    # ASSUMED: [T1] gives no NeuronLink-v2 figure (four links per chip [K1]); half of NeuronLink-v3's.
-    interconnect_bytes_per_s=0.64e12,
+    # [T2]'s comparison table: "Inter-chip Interconnect (GB/sec/chip) - 384 - 1280" (Trainium, Trainium2).
+    interconnect_bytes_per_s=0.384e12,
 )
 
 TRN2 = Chip(
