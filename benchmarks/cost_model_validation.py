@@ -239,7 +239,7 @@ FITTED = FITTED_LINK + (
 LINK_GRID = {"link_efficiency": tuple(x / 100 for x in range(10, 101, 1))}
 FIT_GRID = {"matmul_efficiency": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
             "hbm_efficiency": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-            "link_step_s": (1e-6, 2e-6, 3e-6, 4e-6, 5e-6, 6e-6),
+            "link_step_s": (2e-6, 4e-6, 5e-6, 6e-6, 7e-6, 8e-6, 10e-6),
             "kernel_overhead_s": (2e-6, 4e-6, 6e-6, 8e-6, 10e-6, 12e-6)}
 
 

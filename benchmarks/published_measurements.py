@@ -151,7 +151,7 @@ def _kernel_row(m: dict, kernels: set[str]) -> Row | str:
     if m["kind"] == "kernel":
         if m["id"] in kernels:
             return Row(m["id"], m["source"], m["generation"], "kernel", m["workload"], m["metric"], float(m["value"]),
-                       f"{m['workload']} {_shape(m['shape'])} {m.get('dtype')}, {m['generation']} 1 core", {})
+                       f"`{m['id']}`, 1 core", {})
         return KERNEL_VALUE_TYPES.get(m.get("value_type", ""), "no re-written kernel for it in the simulator")
     shape = m["shape"]
     if shape["message_bytes"] < COLLECTIVE_MIN_BYTES:
@@ -162,10 +162,6 @@ def _kernel_row(m: dict, kernels: set[str]) -> Row | str:
            f"{m['generation']} instance{'s' if config['instances'] > 1 else ''}"
     return Row(m["id"], m["source"], m["generation"], "collective", m["workload"], m["metric"], float(m["value"]), what,
                config)
-
-
-def _shape(shape: dict) -> str:
-    return "x".join(str(v) for k, v in shape.items() if isinstance(v, int))
 
 
 def load(kernels: set[str] = frozenset()) -> tuple[list[Row], list[tuple[str, str]], dict[str, dict]]:

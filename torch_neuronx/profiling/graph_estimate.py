@@ -37,11 +37,11 @@ class Assumptions:
     """The parameters no chip fact gives. Defaults fitted on the rows marked ``fitted`` in
     benchmarks/cost_model_validation.py (docs/cost-model.md)."""
 
-    matmul_efficiency: float = 0.6   # fraction of TensorE peak a compiled matmul sustains
-    hbm_efficiency: float = 0.6      # fraction of HBM bandwidth a kernel's DMA sustains
+    matmul_efficiency: float = 0.4   # fraction of TensorE peak a compiled matmul sustains
+    hbm_efficiency: float = 0.9      # fraction of HBM bandwidth a kernel's DMA sustains
     kernel_overhead_s: float = 4e-6  # per kernel: DMA descriptors, semaphores, pipeline fill
     host_launch_s: float = 25e-6     # eager: host time to launch one operator (published eager mode)
-    link_step_s: float = 4e-6        # one latency step of a collective over NeuronLink
+    link_step_s: float = 6e-6        # one latency step of a collective over NeuronLink
     link_efficiency: float = 0.33    # fraction of its NeuronLink share a collective's transfers sustain
     efa_step_s: float = 15e-6        # the same between instances over EFA
 

@@ -143,8 +143,8 @@ CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN1, TRN2, TR
 class Instance:
     """One EC2 instance type: how many chips it holds, its network between instances and its price.
 
-    Prices are on-demand US East (N. Virginia) list prices per instance-hour, as published on the
-    page and date given (``price_source``); they change: the estimator prints the date."""
+    Prices are on-demand list prices per instance-hour in the region and as of the date
+    ``price_source`` gives (0: none collected); they change: the estimator prints the source."""
 
     name: str
     chip: Chip
@@ -154,24 +154,30 @@ class Instance:
     price_source: str
 
 
-# [I1] aws.amazon.com/ec2/instance-types/trn1 ("Trn1 instances ... up to 16 Trainium chips ...
-#      800 Gbps" / trn1n "1600 Gbps of EFA networking bandwidth")
-# [I2] aws.amazon.com/ec2/instance-types/inf2 (inf2.48xlarge: 12 Inferentia2 chips, 100 Gbps)
-# [I3] aws.amazon.com/ec2/instance-types/trn2 (trn2.48xlarge: 16 Trainium2 chips, 3.2 Tbps EFAv3)
-# [I4] aws.amazon.com/ec2/instance-types/trn3 (Trn3 UltraServer: 144 Trainium3 chips)
-# [P1] aws.amazon.com/ec2/pricing/on-demand (us-east-1), read 2026-12-07
+# [T1] chip/instance tables of the Trainium architecture page: trn1.32xlarge 16 chips, 800 Gbps
+#      EFA; trn1n.32xlarge 1,600 Gbps; trn1.2xlarge one chip, "up-to 25" Gbps (no EFA)
+# [I2] Inferentia2 architecture page: inf2.48xlarge 12 chips (no EFA)
+# [I3] Trainium2 architecture page: trn2.48xlarge 16 chips, "EFAv3 bandwidth (Gbps) - 3,200";
+#      trn2.3xlarge one chip
+# [I4] Trainium3 architecture page: a Gen1 UltraServer is 4 servers x 16 chips with 12,800 Gbps of
+#      EFA (3,200 per server); no instance type name or price is published
+# [P1] on-demand prices from instances.vantage.sh's AWS data as mirrored in github.com/tsaol/aws-gpu
+#      (data/*_instances.js), read 2026-12-07: trn1/trn1n/inf2 us-east-1 "Last updated: 2026-01-21";
+#      trn2.48xlarge us-east-2 (the only region listed) "Last updated: 2025-11-30"
 _GBPS = 1e9 / 8
+_UNPRICED = "no price collected (2026-12-07)"
 INSTANCES: Mapping[str, Instance] = MappingProxyType({i.name: i for i in (
-    Instance("trn1.2xlarge", TRN1, 1, 0.0, 1.34, "[P1] 2026-12-07"),
-    Instance("trn1.32xlarge", TRN1, 16, 800 * _GBPS, 21.50, "[P1] 2026-12-07"),
-    Instance("trn1n.32xlarge", TRN1, 16, 1600 * _GBPS, 24.78, "[P1] 2026-12-07"),
+    Instance("trn1.2xlarge", TRN1, 1, 0.0, 0.0, _UNPRICED),
+    Instance("trn1.32xlarge", TRN1, 16, 800 * _GBPS, 21.50, "[P1] us-east-1, 2026-01-21"),
+    Instance("trn1n.32xlarge", TRN1, 16, 1600 * _GBPS, 24.78, "[P1] us-east-1, 2026-01-21"),
     # Inferentia2 has Trainium's NeuronCore-v2 and memory per chip [K1]: the trn1 facts.
-    Instance("inf2.48xlarge", TRN1, 12, 0.0, 12.98, "[P1] 2026-12-07"),
-    Instance("trn2.48xlarge", TRN2, 16, 3200 * _GBPS, 46.98, "[P1] 2026-12-07"),
-    Instance("trn3.48xlarge", TRN3, 16, 3200 * _GBPS, 0.0, "not published (2026-12-07)"),
+    Instance("inf2.48xlarge", TRN1, 12, 0.0, 12.98, "[P1] us-east-1, 2026-01-21"),
+    Instance("trn2.3xlarge", TRN2, 1, 0.0, 0.0, _UNPRICED),
+    Instance("trn2.48xlarge", TRN2, 16, 3200 * _GBPS, 35.76, "[P1] us-east-2, 2025-11-30"),
+    Instance("trn3-server", TRN3, 16, 3200 * _GBPS, 0.0, "not published (2026-12-07)"),
 )})
 DEFAULT_INSTANCE: Mapping[str, str] = MappingProxyType({"trn1": "trn1.32xlarge", "trn2": "trn2.48xlarge",
-                                                        "trn3": "trn3.48xlarge"})
+                                                        "trn3": "trn3-server"})
 
 
 @dataclass(frozen=True)
