@@ -270,14 +270,16 @@ class ModelEstimate:
                   + (f"${price:,.3f} per million tokens at ${self.price_per_hour:.2f}/h ({self.price_source})"
                      if price is not None else f"price: {self.price_source}"),
                   "", "  chip facts used (torch_neuronx/runtime/chips.py):"]
-        lines += [f"    {name}: {value}  [{source}]" for name, value, source in self.facts]
+        lines += [f"    {name}: {value}  ({source})" for name, value, source in self.facts]
+        cited = sorted({key for _, _, source in self.facts for key in chips.SOURCES if key in source})
+        lines += [f"    {key} {chips.SOURCES[key]}" for key in cited]
         lines += ["", "  assumptions:"] + [f"    {a}" for a in self.assumptions]
         return "\n".join(lines)
 
 
 def _facts(chip: chips.Chip, lnc: int, dtype: str, instance: chips.Instance) -> list[tuple[str, str, str]]:
     core = chips.logical_core(chip, lnc)
-    source = f"{chip.name} chip facts"
+    source = "chips.py " + " ".join(chip.sources)
     lanes = core.lane_elements_per_s["vector"] + core.lane_elements_per_s["scalar"]
     price = f"${instance.price_per_hour:.2f} per instance-hour" if instance.price_per_hour else "not published"
     peak = core.tensor_flops[_PEAK_CLASS[dtype]]
@@ -509,7 +511,7 @@ def estimate_model(model: Any, *, workload: str = TRAIN, generation: str = "trn2
         tokens_per_step=tokens_per_step, model_flops=flops,
         peak_flops_per_core=chips.logical_core(s.chip, s.lnc).tensor_flops[_PEAK_CLASS[dtype]],
         price_per_hour=s.box.price_per_hour, price_source=s.box.price_source,
-        facts=_facts(s.chip, s.lnc, dtype, s.box), assumptions=_assumptions(a, mode))
+        facts=_facts(s.chip, s.lnc, dtype, s.box), assumptions=_assumptions(a, mode, workload))
 
 
 def _recorded(config: Any, workload: str, batch: int, seq_len: int, context_len: int) -> tuple[list[op_trace.Op], int]:
@@ -540,14 +542,19 @@ def _optimizer(params: float, hw: Any, a: Assumptions) -> Cost:
     return Cost({bound: max(memory, lanes)}, 0, round(params * OPTIMIZER_BYTES_PER_PARAM), 1)
 
 
-def _assumptions(a: Assumptions, mode: str) -> list[str]:
+def _assumptions(a: Assumptions, mode: str, workload: str) -> list[str]:
     out = [f"compiled matmuls sustain {a.matmul_efficiency:.0%} of TensorE peak, kernels {a.hbm_efficiency:.0%} "
            f"of HBM bandwidth, {a.kernel_overhead_s * 1e6:.1f} us fixed cost per kernel (fitted: docs/cost-model.md)",
-           f"collectives: a ring's bus bytes in log2(n) steps per pass, {a.link_step_s * 1e6:.1f} us per NeuronLink "
-           f"step and {a.efa_step_s * 1e6:.0f} us per EFA step; hierarchical across instances",
-           f"AdamW with fp32 master weights: {OPTIMIZER_BYTES_PER_PARAM} bytes per parameter, sharded over "
-           "replicas (ZeRO-1); gradients all-reduced in bf16, not overlapped with the backward",
+           f"collectives: a ring's bus bytes at {a.link_efficiency:.0%} of the NeuronLink share in log2(n) steps "
+           f"per pass, {a.link_step_s * 1e6:.1f} us per NeuronLink step and {a.efa_step_s * 1e6:.0f} us per EFA "
+           "step; hierarchical across instances",
            "attention runs as flash attention (causal half skipped); collectives do not overlap compute"]
+    if workload == TRAIN:
+        out.append(f"AdamW with fp32 master weights: {OPTIMIZER_BYTES_PER_PARAM} bytes per parameter, sharded over "
+                   "replicas (ZeRO-1); gradients all-reduced in bf16, not overlapped with the backward")
+    else:
+        out.append("a static KV cache of the context length (decode reads all of it); prefill excludes the serving "
+                   "stack's own time per request (docs/cost-model.md: read a TTFT estimate as a lower bound)")
     if mode == "eager":
         out.append(f"eager: the host spends {a.host_launch_s * 1e6:.0f} us per operator launch (queued asynchronously)")
     return out

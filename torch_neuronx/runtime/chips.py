@@ -1,16 +1,8 @@
 """Published facts of each simulated Trainium generation: the ONE place they are written down.
 
 Every other module (topology, the kernel simulator's and the profiler's cost models, the compile
-cost counter) reads them from here. Sources (AWS Neuron documentation):
-[T1] about-neuron/arch/neuron-hardware/trainium.rst (Trainium chip, trn1)
-[N2] about-neuron/arch/neuron-hardware/neuron-core-v2.rst (NeuronCore-v2, trn1 and inf2)
-[K1] nki/guides/architecture/trainium_inferentia2_arch.rst (Trainium/Inferentia2 Architecture Guide for NKI)
-[T2] about-neuron/arch/neuron-hardware/trainium2.rst (Trainium2 chip)
-[T3] about-neuron/arch/neuron-hardware/trainium3.rst (Trainium3 chip)
-[N3] about-neuron/arch/neuron-hardware/neuron-core-v3.rst (NeuronCore-v3)
-[N4] about-neuron/arch/neuron-hardware/neuron-core-v4.rst (NeuronCore-v4)
-[K2] nki/guides/architecture/trainium2_arch.rst (Trainium2 Architecture Guide for NKI)
-[K3] nki/guides/architecture/trainium3_arch.rst (Trainium3 Architecture Guide for NKI)
+cost counter, the whole-model estimator) reads them from here. Sources: :data:`SOURCES` (AWS
+Neuron documentation, aws-neuron/aws-neuron-sdk), cited by key next to each figure.
 
 Engine rates are per PHYSICAL NeuronCore and dense (structured sparsity is not modelled). A
 logical core (``NEURON_LOGICAL_NC_CONFIG``) groups physical cores and has their summed compute
@@ -23,6 +15,19 @@ from types import MappingProxyType
 from typing import Mapping
 
 MiB, GiB = 1 << 20, 1 << 30
+
+SOURCES: Mapping[str, str] = MappingProxyType({
+    "[T1]": "about-neuron/arch/neuron-hardware/trainium.rst (Trainium chip, trn1)",
+    "[N2]": "about-neuron/arch/neuron-hardware/neuron-core-v2.rst (NeuronCore-v2, trn1 and inf2)",
+    "[K1]": "nki/guides/architecture/trainium_inferentia2_arch.rst (Trainium/Inferentia2 Architecture Guide for NKI)",
+    "[T2]": "about-neuron/arch/neuron-hardware/trainium2.rst (Trainium2 chip)",
+    "[T3]": "about-neuron/arch/neuron-hardware/trainium3.rst (Trainium3 chip)",
+    "[N3]": "about-neuron/arch/neuron-hardware/neuron-core-v3.rst (NeuronCore-v3)",
+    "[N4]": "about-neuron/arch/neuron-hardware/neuron-core-v4.rst (NeuronCore-v4)",
+    "[K2]": "nki/guides/architecture/trainium2_arch.rst (Trainium2 Architecture Guide for NKI)",
+    "[K3]": "nki/guides/architecture/trainium3_arch.rst (Trainium3 Architecture Guide for NKI)",
+    "[P1]": "github.com/tsaol/aws-gpu data/*_instances.js (instances.vantage.sh's AWS on-demand prices)",
+})
 
 # TensorE rate classes: bf16 also covers fp16 and tf32; fp8 is plain (per-tensor/per-row scaled)
 # FP8; mx is the microscaling formats (MXFP8/MXFP4, blocks of 32 with E8M0 scales), which only
@@ -56,6 +61,7 @@ class Chip:
     hbm_bytes_per_s: float
     dma_bytes_per_s: float
     interconnect_bytes_per_s: float        # NeuronLink, chip to chip
+    sources: tuple[str, ...] = ()          # the SOURCES keys its figures come from
 
 
 def _frozen(**values: float) -> Mapping[str, float]:
@@ -82,6 +88,7 @@ TRN1 = Chip(
     dma_bytes_per_s=1e12,   # [T1] "1 TB/sec of DMA bandwidth"
     # [T2]'s comparison table: "Inter-chip Interconnect (GB/sec/chip) - 384 - 1280" (Trainium, Trainium2).
     interconnect_bytes_per_s=0.384e12,
+    sources=("[T1]", "[N2]", "[K1]", "[T2]"),
 )
 
 TRN2 = Chip(
@@ -106,6 +113,7 @@ TRN2 = Chip(
     hbm_bytes_per_s=2.9e12,
     dma_bytes_per_s=3.5e12,  # [T2] "3.5 TB/sec of DMA bandwidth"
     interconnect_bytes_per_s=1.28e12,  # [T2] NeuronLink-v3, 1.28 TB/sec per chip
+    sources=("[T2]", "[N3]", "[K2]"),
 )
 
 TRN3 = Chip(
@@ -134,6 +142,7 @@ TRN3 = Chip(
     hbm_bytes_per_s=4.9e12,
     dma_bytes_per_s=4.9e12,  # [T3] "4.9 TB/sec of DMA bandwidth"
     interconnect_bytes_per_s=2.56e12,  # [T3] NeuronLink-v4, 2.56 TB/sec per device
+    sources=("[T3]", "[N4]", "[K3]"),
 )
 
 CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN1, TRN2, TRN3)})
@@ -161,8 +170,7 @@ class Instance:
 #      trn2.3xlarge one chip
 # [I4] Trainium3 architecture page: a Gen1 UltraServer is 4 servers x 16 chips with 12,800 Gbps of
 #      EFA (3,200 per server); no instance type name or price is published
-# [P1] on-demand prices from instances.vantage.sh's AWS data as mirrored in github.com/tsaol/aws-gpu
-#      (data/*_instances.js), read 2026-12-07: trn1/trn1n/inf2 us-east-1 "Last updated: 2026-01-21";
+# [P1] (SOURCES) read 2026-12-07: trn1/trn1n/inf2 us-east-1 "Last updated: 2026-01-21";
 #      trn2.48xlarge us-east-2 (the only region listed) "Last updated: 2025-11-30"
 _GBPS = 1e9 / 8
 _UNPRICED = "no price collected (2026-12-07)"
