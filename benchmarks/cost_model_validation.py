@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -313,10 +314,30 @@ def _verdict(r: Result) -> tuple[str, str]:
     return f"{r.error:+.1%}", tag
 
 
+SPEED_CASES = (("llama-3-8b", dict(workload="train", generation="trn2", tp=8, seq_len=4096, global_batch=256)),
+               ("llama-3-70b", dict(workload="decode", generation="trn1", tp=32, batch=4, context_len=2048)),
+               ("llama-3.1-405b", dict(workload="prefill", generation="trn2", tp=64, seq_len=8192)))
+
+
+def _estimator_speed() -> results.Table:
+    """Wall time of whole-model estimates on this machine, first call (nothing recorded yet)."""
+    from torch_neuronx.profiling.model_estimate import estimate_model
+
+    rows = []
+    for model, kwargs in SPEED_CASES:
+        start = time.perf_counter()
+        est = estimate_model(model, **kwargs)
+        rows.append([model, f"{kwargs['workload']} on {kwargs['generation']}, tp {kwargs['tp']}",
+                     f"{est.parameters / 1e9:.1f} B", f"{time.perf_counter() - start:.2f}"])
+    return results.Table("Estimator speed on this machine (meta-device recording, first call)",
+                         ["model", "estimate", "parameters", "wall seconds"], rows)
+
+
 def main() -> None:
     p = results.parser(__doc__)
     p.add_argument("--fit", action="store_true", help="fit the estimator's assumptions on the FITTED rows first")
     opts = p.parse_args()
+    speed = _estimator_speed()  # first: before the validation rows record these models
     rows, excluded, sources = published.load(set(KERNEL_ESTIMATES))
     a = Assumptions()
     if opts.fit:
@@ -351,11 +372,12 @@ def main() -> None:
                            ["assumption", "value"],
                            [[k, f"{getattr(a, k):g}"] for k in (*LINK_GRID, *FIT_GRID)]
                            + [["fitted on", ", ".join(FITTED)]])
-    tables = [table, summary, fitted, left_out]
+    tables = [table, summary, fitted, speed, left_out]
     print(results.render(tables))
     results.publish(__file__, tables,
                     {"median_abs_error": f"{median:.1%}", "rows_within_35": f"{within}/{len(all_errors)}",
-                     "rows": str(len(res)), "sources": str(n_sources), "target_met": "yes" if met else "no"},
+                     "rows": str(len(res)), "sources": str(n_sources), "target_met": "yes" if met else "no",
+                     "estimate_70b_seconds": speed.rows[1][3]},
                     opts.out)
 
 

@@ -1,6 +1,8 @@
 """Two published AWS NKI tutorials' kernels on the kernel simulator, for benchmarks/cost_model_validation.py.
 
-Each kernel is re-written as the tutorial writes it (same loops, tiling, block sizes, dtypes) in
+Each kernel is re-written as the tutorial writes it (same loops, tiling, block sizes, dtypes; the
+prologue every version repeats and the Mamba versions' per-state step are shared helpers issuing
+the same instructions) in
 this repo's NKI dialect, the SDK 2.26 generation (``nki.legacy``: return-a-tile instructions,
 ``nl.par_dim`` block tensors), and run on one simulated trn1 NeuronCore-v2
 (``HardwareConfig.of("trn1")``). The ESTIMATED latency of a kernel is the busiest engine's busy
@@ -108,17 +110,30 @@ BF16 = ml_dtypes.bfloat16
 
 
 # ----------------------------------------------------------------------------- matmul tutorial
-@nki.jit
-def nki_matmul_tiled_(lhsT: Any, rhs: Any) -> Any:
+# The tutorials' tile sizes (every kernel version starts with them).
+TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
+TILE_K = nl.tile_size.pmax  # 128
+TILE_N = nl.tile_size.gemm_moving_fmax  # 512
+
+
+def _matmul_operands(lhsT: Any, rhs: Any) -> tuple[int, int, int, Any]:
+    """K, M, N of ``lhsT [K, M] @ rhs [K, N]`` and the HBM result, as each version begins."""
     K, M = lhsT.shape
     K_, N = rhs.shape
     assert K == K_, "lhsT and rhs must have the same contraction dimension"
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    return K, M, N, nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+
+
+def _tile_grids() -> tuple[Any, Any, Any]:
+    """The index grids of one lhsT, rhs and result tile."""
+    return nl.mgrid[0:TILE_K, 0:TILE_M], nl.mgrid[0:TILE_K, 0:TILE_N], nl.mgrid[0:TILE_M, 0:TILE_N]
+
+
+@nki.jit
+def nki_matmul_tiled_(lhsT: Any, rhs: Any) -> Any:
+    K, M, N, result = _matmul_operands(lhsT, rhs)
 
     # nl.tile_size holds the simulator's trn2 figures: the same 128 / 128 / 512 as NeuronCore-v2
-    TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
-    TILE_K = nl.tile_size.pmax  # 128
-    TILE_N = nl.tile_size.gemm_moving_fmax  # 512
 
     for m in nl.affine_range(M // TILE_M):
         for n in nl.affine_range(N // TILE_N):
@@ -137,18 +152,10 @@ def nki_matmul_tiled_(lhsT: Any, rhs: Any) -> Any:
 
 @nki.jit
 def nki_matmul_hoist_load_(lhsT: Any, rhs: Any) -> Any:
-    K, M = lhsT.shape
-    K_, N = rhs.shape
-    assert K == K_, "lhsT and rhs must have the same contraction dimension"
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    K, M, N, result = _matmul_operands(lhsT, rhs)
 
-    TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
-    TILE_K = nl.tile_size.pmax  # 128
-    TILE_N = nl.tile_size.gemm_moving_fmax  # 512
 
-    i_lhsT = nl.mgrid[0:TILE_K, 0:TILE_M]
-    i_rhs = nl.mgrid[0:TILE_K, 0:TILE_N]
-    i_res = nl.mgrid[0:TILE_M, 0:TILE_N]
+    i_lhsT, i_rhs, i_res = _tile_grids()
 
     for m in nl.affine_range(M // TILE_M):
         # As published: the lhsT blocks are allocated TILE_N wide and filled TILE_M wide.
@@ -174,18 +181,10 @@ def nki_matmul_hoist_load_(lhsT: Any, rhs: Any) -> Any:
 
 @nki.jit
 def nki_matmul_block_free_dimension_(lhsT: Any, rhs: Any) -> Any:
-    K, M = lhsT.shape
-    K_, N = rhs.shape
-    assert K == K_, "lhsT and rhs must have the same contraction dimension"
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    K, M, N, result = _matmul_operands(lhsT, rhs)
 
-    TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
-    TILE_K = nl.tile_size.pmax  # 128
-    TILE_N = nl.tile_size.gemm_moving_fmax  # 512
 
-    i_lhsT = nl.mgrid[0:TILE_K, 0:TILE_M]
-    i_rhs = nl.mgrid[0:TILE_K, 0:TILE_N]
-    i_res = nl.mgrid[0:TILE_M, 0:TILE_N]
+    i_lhsT, i_rhs, i_res = _tile_grids()
 
     TILES_IN_BLOCK_M = 2
     TILES_IN_BLOCK_N = 2
@@ -225,14 +224,8 @@ def nki_matmul_block_free_dimension_(lhsT: Any, rhs: Any) -> Any:
 @nki.jit
 def nki_matmul_fully_optimized_(lhsT: Any, rhs: Any, TILES_IN_BLOCK_M: int = 16, TILES_IN_BLOCK_N: int = 2,
                                 TILES_IN_BLOCK_K: int = 8) -> Any:
-    K, M = lhsT.shape
-    K_, N = rhs.shape
-    assert K == K_, "lhsT and rhs must have the same contraction dimension"
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    K, M, N, result = _matmul_operands(lhsT, rhs)
 
-    TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
-    TILE_K = nl.tile_size.pmax  # 128
-    TILE_N = nl.tile_size.gemm_moving_fmax  # 512
 
     BLOCK_M = TILE_M * TILES_IN_BLOCK_M
     BLOCK_N = TILE_N * TILES_IN_BLOCK_N
@@ -290,15 +283,29 @@ def nki_matmul_fully_optimized_(lhsT: Any, rhs: Any, TILES_IN_BLOCK_M: int = 16,
 
 
 # ----------------------------------------------------------------------------- fused Mamba tutorial
+def _mamba_operands(delta: Any, A: Any) -> tuple[int, int, int, int, int, Any]:
+    """Batch, sequence length, state size, channel tile (128), channel tiles and the HBM output,
+    as each version begins."""
+    batch_size, channels, seq_len = delta.shape
+    assert channels % nl.tile_size.pmax == 0
+    output = nl.ndarray((batch_size, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
+    return batch_size, seq_len, A.shape[1], nl.tile_size.pmax, channels // nl.tile_size.pmax, output
+
+
+def _state_step(delta_i: Any, u_i: Any, A_i: Any, B_i: Any, C_i: Any, width: int, initial: Any) -> tuple[Any, Any]:
+    """One state of a 128-channel tile, as every version computes it: exp(delta * A) (ScalarE),
+    delta * u * B and the scan x[t] = deltaA[t] * x[t-1] + deltaBu[t] (VectorE), times C; returns
+    the scan and its product with C."""
+    deltaA = nisa.activation(op=nl.exp, data=delta_i, scale=A_i)
+    deltaU = nisa.tensor_tensor(delta_i, u_i, op=nl.multiply)
+    deltaBu = nisa.tensor_tensor(deltaU, B_i.broadcast_to((nl.tile_size.pmax, width)), op=nl.multiply)
+    scan_res = nisa.tensor_tensor_scan(deltaA, deltaBu, initial=initial, op0=np.multiply, op1=np.add)
+    return scan_res, nisa.tensor_tensor(scan_res, C_i.broadcast_to((nl.tile_size.pmax, width)), op=nl.multiply)
+
+
 @nki.jit
 def mamba_v1(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
-    batch_size, channels, seq_len = delta.shape
-    output = nl.ndarray((batch_size, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
-    _, state_size = A.shape
-    assert channels % 128 == 0
-
-    channel_psize = nl.tile_size.pmax
-    n_channel_tile = channels // channel_psize
+    batch_size, seq_len, state_size, channel_psize, n_channel_tile, output = _mamba_operands(delta, A)
 
     for i_batch in nl.affine_range(batch_size):
         scanC_accum = nl.zeros((n_channel_tile, nl.par_dim(channel_psize), seq_len), dtype=delta.dtype)
@@ -308,19 +315,10 @@ def mamba_v1(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
 
                 delta_i = nl.load(delta[i_batch, channel_start:channel_start + channel_psize, 0:seq_len])
                 A_i = nl.load(A[channel_start:channel_start + channel_psize, i_state])
-                deltaA = nisa.activation(op=nl.exp, data=delta_i, scale=A_i)
-
                 u_i = nl.load(u[i_batch, channel_start:channel_start + channel_psize, 0:seq_len])
                 B_i = nl.load(B[i_batch, i_state:i_state + 1, 0:seq_len])
-                deltaU = nisa.tensor_tensor(delta_i, u_i, op=nl.multiply)
-                B_i_bcast = B_i.broadcast_to((channel_psize, seq_len))
-                deltaBu = nisa.tensor_tensor(deltaU, B_i_bcast, op=nl.multiply)
-
-                scan_res = nisa.tensor_tensor_scan(deltaA, deltaBu, initial=0, op0=np.multiply, op1=np.add)
-
                 C_i = nl.load(C[i_batch, i_state:i_state + 1, 0:seq_len])
-                C_i_bcast = C_i.broadcast_to((channel_psize, seq_len))
-                scanC = nisa.tensor_tensor(scan_res, C_i_bcast, op=nl.multiply)
+                _, scanC = _state_step(delta_i, u_i, A_i, B_i, C_i, seq_len, 0)
 
                 scanC_accum[i_channel_tile, 0:channel_psize, 0:seq_len] += scanC
 
@@ -333,13 +331,7 @@ def mamba_v1(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
 
 @nki.jit
 def mamba_v2(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
-    batch_size, channels, seq_len = delta.shape
-    output = nl.ndarray((batch_size, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
-    _, state_size = A.shape
-    assert channels % 128 == 0
-
-    channel_psize = nl.tile_size.pmax
-    n_channel_tile = channels // channel_psize
+    batch_size, seq_len, state_size, channel_psize, n_channel_tile, output = _mamba_operands(delta, A)
 
     for i_batch in nl.affine_range(batch_size):
         for i_channel_tile in nl.affine_range(n_channel_tile):
@@ -352,18 +344,9 @@ def mamba_v2(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
 
             for i_state in nl.affine_range(state_size):
                 A_i = nl.load(A[channel_start:channel_start + channel_psize, i_state])
-                deltaA = nisa.activation(op=nl.exp, data=delta_i, scale=A_i)
-
                 B_i = nl.load(B[i_batch, i_state:i_state + 1, 0:seq_len])
-                deltaU = nisa.tensor_tensor(delta_i, u_i, op=nl.multiply)
-                B_i_bcast = B_i.broadcast_to((channel_psize, seq_len))
-                deltaBu = nisa.tensor_tensor(deltaU, B_i_bcast, op=nl.multiply)
-
-                scan_res = nisa.tensor_tensor_scan(deltaA, deltaBu, initial=0, op0=np.multiply, op1=np.add)
-
                 C_i = nl.load(C[i_batch, i_state:i_state + 1, 0:seq_len])
-                C_i_bcast = C_i.broadcast_to((channel_psize, seq_len))
-                scanC = nisa.tensor_tensor(scan_res, C_i_bcast, op=nl.multiply)
+                _, scanC = _state_step(delta_i, u_i, A_i, B_i, C_i, seq_len, 0)
 
                 scanC_accum[0:channel_psize, 0:seq_len] += scanC
 
@@ -374,15 +357,9 @@ def mamba_v2(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
 
 @nki.jit
 def mamba_v3(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
-    batch_size, channels, seq_len = delta.shape
-    output = nl.ndarray((batch_size, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
-    _, state_size = A.shape
-
-    channel_psize = nl.tile_size.pmax
-    n_channel_tile = channels // channel_psize
+    batch_size, seq_len, state_size, channel_psize, n_channel_tile, output = _mamba_operands(delta, A)
     seq_len_fsize = 512  # the tutorial's "magic number, decided through empirical profiling data"
     n_seq_len_tile = seq_len // seq_len_fsize
-    assert channels % channel_psize == 0
     assert seq_len % seq_len_fsize == 0
 
     for i_batch in nl.affine_range(batch_size):
@@ -401,21 +378,11 @@ def mamba_v3(delta: Any, u: Any, A: Any, B: Any, C: Any) -> Any:
                     seq_len_start = i_seq_len_tile * seq_len_fsize
                     seq = slice(seq_len_start, seq_len_start + seq_len_fsize)
 
-                    deltaA = nisa.activation(op=nl.exp, data=delta_i[0:channel_psize, seq], scale=A_i)
-
                     B_i = nl.load(B[i_batch, i_state:i_state + 1, seq])
-                    deltaU = nisa.tensor_tensor(delta_i[0:channel_psize, seq], u_i[0:channel_psize, seq],
-                                                op=nl.multiply)
-                    B_i_bcast = B_i.broadcast_to((channel_psize, seq_len_fsize))
-                    deltaBu = nisa.tensor_tensor(deltaU, B_i_bcast, op=nl.multiply)
-
-                    scan_res = nisa.tensor_tensor_scan(deltaA, deltaBu, initial=scan_init, op0=np.multiply,
-                                                       op1=np.add)
-                    scan_init[...] = scan_res[0:channel_psize, seq_len_fsize - 1]
-
                     C_i = nl.load(C[i_batch, i_state:i_state + 1, seq])
-                    C_i_bcast = C_i.broadcast_to((channel_psize, seq_len_fsize))
-                    scanC = nisa.tensor_tensor(scan_res, C_i_bcast, op=nl.multiply)
+                    scan_res, scanC = _state_step(delta_i[0:channel_psize, seq], u_i[0:channel_psize, seq], A_i,
+                                                  B_i, C_i, seq_len_fsize, scan_init)
+                    scan_init[...] = scan_res[0:channel_psize, seq_len_fsize - 1]
 
                     scanC_accum[0:channel_psize, seq] += scanC
 
