@@ -154,12 +154,31 @@ def test_kernel_language_instructions_come_from_the_simulator_per_launch(tmp_pat
     assert {r["engine"] for r in instructions} >= {"DMA"}
     assert all("conftest.py" in r["nki_source_location"] for r in instructions)
     # One set of rows per recorded launch, each with that launch's shapes (not the latest run's).
-    shapes = {r["launch"]: r["shape"] for r in instructions if r["opcode"] == "load"}
+    shapes = {r["launch"]: r["operands"] for r in instructions if r["opcode"] == "load"}
     assert set(shapes) == {0, 1} and "64" in shapes[0] and "128" in shapes[1]
+    # Explorer's timeline: each launch's instructions inside its measured device interval, every
+    # engine's instructions back to back (estimated), durations consistent.
+    assert all(r["end_ts"] - r["start_ts"] == r["duration_ns"] >= 0 for r in instructions)
+    for launch in (0, 1):
+        rows = [r for r in instructions if r["launch"] == launch]
+        for engine in {r["engine"] for r in rows}:
+            lane = [r for r in rows if r["engine"] == engine]
+            assert [r["pc"] for r in lane] == list(range(len(lane)))
+            assert all(a["end_ts"] == b["start_ts"] for a, b in zip(lane, lane[1:]))
     op = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "profiling_test::nki_cos")
     assert op["execution"] == "kernel-language" and op["estimated_chip_time_us"] > 0
     per_launch = len(instructions) // 2
-    assert sum(r["count"] for r in tables["OpcodeSummary"].to_pylist()) == 2 * per_launch
+    opcodes = tables["OpcodeSummary"].to_pylist()
+    assert sum(r["instruction_count"] for r in opcodes) == 2 * per_launch
+    assert all(0 < r["active_time_ns"] <= r["instruction_time_ns"] and 0 < r["active_time_percent"] <= 100
+               for r in opcodes)
+    # ActiveTime: merged, disjoint intervals per engine, covering every instruction.
+    active = tables["ActiveTime"].to_pylist()
+    for engine in {r["engine"] for r in instructions}:
+        spans = sorted((r["start_ts"], r["end_ts"]) for r in active if r["engine"] == engine)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        assert all(any(s <= r["start_ts"] and r["end_ts"] <= e for s, e in spans)
+                   for r in instructions if r["engine"] == engine)
 
 
 def test_kernel_language_rows_are_bounded_by_max_events_per_nc(tmp_path, nki_unary):
@@ -227,3 +246,30 @@ def test_max_events_per_nc_caps_the_launch_events_when_device_is_off(tmp_path):
     assert launches["calls"] == 3
     [trace] = tmp_path.rglob("framework_trace.json")
     assert json.loads(trace.read_text())["neuron_dropped_events"] == 7
+
+
+def test_explorers_documented_queries_run_on_our_profile(tmp_path, nki_unary):
+    """The pandas queries of Explorer's "analyze profile output" page, unchanged, on a profile of a
+    kernel-language op; Metadata names the schema version and SchemaFields describes every table."""
+    import pandas as pd
+
+    nki_cos = nki_unary("cos")
+    x = torch.randn(128, 1, device="neuron")
+    nki_cos(x)
+    _, _ = export(tmp_path, lambda: nki_cos(x))
+    [profile_dir] = {p.parent for p in tmp_path.rglob("Instruction.parquet")}
+    # --- Explorer's documented snippets, with our profile directory ---
+    df = pd.read_parquet(profile_dir / "Instruction.parquet")
+    top = (df.groupby(["engine", "opcode"])["duration_ns"]
+           .agg(["count", "sum"])
+           .sort_values("sum", ascending=False)
+           .head(10))
+    # ---
+    assert len(top) and set(top.index.get_level_values("engine")) <= {"Tensor", "Vector", "Scalar", "GpSimd", "DMA"}
+    assert top["count"].sum() == len(df) and (top["sum"] >= 0).all()
+    meta = pd.read_parquet(profile_dir / "Metadata.parquet").iloc[0]
+    assert meta["profile_schema_version"] == "7.4.0" and bool(meta["is_simulation"])
+    fields = pd.read_parquet(profile_dir / "SchemaFields.parquet")
+    for table in ("Instruction", "ActiveTime", "OpcodeSummary", "Metadata"):
+        written = pq.read_schema(profile_dir / f"{table}.parquet").names
+        assert written == fields[fields["table_name"] == table]["field_name"].tolist()

@@ -8,6 +8,7 @@ per-engine accounting. See docs/profiling.md for the columns.
 from __future__ import annotations
 
 import bisect
+import importlib.metadata
 import json
 import os
 import platform
@@ -27,8 +28,13 @@ from nki.simulator.cost_model import ENGINES, TENSOR, HardwareConfig, tensor_rat
 from .. import _C
 from ..compile.cost import graph_cost
 from ..compile.executable import KERNEL_PREFIX as COMPILED_PREFIX
-from . import cost_model
+from ..runtime import chips
+from . import cost_model, explorer_schema
 
+try:
+    _VERSION = "torch-neuronx-sim " + importlib.metadata.version("torch-neuronx-sim")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+    _VERSION = "torch-neuronx-sim (source tree)"
 FALLBACK_PREFIX = "cpu fallback: "
 NKI_PREFIX = "nki:"
 COLLECTIVE_PREFIX = "c10d::"  # the neuron process group's kernels (torch_neuronx/distributed)
@@ -51,21 +57,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("busbw_gbps", pa.float64()), ("estimated_time_us", pa.float64()),
         ("estimated_algbw_gbps", pa.float64()), ("estimated_busbw_gbps", pa.float64()),
     ]),
-    "Instruction": pa.schema([
-        ("kernel_name", pa.string()), ("core", pa.int64()), ("launch", pa.int64()), ("index", pa.int64()),
-        ("engine", pa.string()), ("opcode", pa.string()), ("shape", pa.string()),
-        ("dtype", pa.string()), ("flops", pa.int64()), ("dma_bytes", pa.int64()),
-        ("estimated_cycles", pa.float64()), ("estimated_time_us", pa.float64()),
-        ("nki_source_location", pa.string()), ("program_id", pa.string()),
-    ]),
-    "OpcodeSummary": pa.schema([
-        ("engine", pa.string()), ("opcode", pa.string()), ("count", pa.int64()),
-        ("estimated_cycles", pa.float64()), ("estimated_time_us", pa.float64()),
-    ]),
-    "ActiveTime": pa.schema([
-        ("engine", pa.string()), ("estimated_active_time_us", pa.float64()),
-        ("instruction_count", pa.int64()), ("source", pa.string()),
-    ]),
+    # Neuron Explorer's tables (explorer_schema.py, profile schema 7.4.0).
+    **{name: table.schema for name, table in explorer_schema.TABLES.items() if name != "Flow"},
     "Summary": pa.schema([
         ("steps", pa.int64()), ("wall_time_us", pa.float64()), ("device_time_us", pa.float64()),
         ("host_fallback_time_us", pa.float64()), ("estimated_chip_time_us", pa.float64()),
@@ -89,17 +82,6 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("device_allocated_bytes", pa.int64()), ("device_reserved_bytes", pa.int64()),
         ("device_allocated_bytes_per_core", pa.list_(pa.int64())),
         ("device_reserved_bytes_per_core", pa.list_(pa.int64())),
-    ]),
-    "Metadata": pa.schema([
-        ("is_simulation", pa.bool_()), ("chip_generation", pa.string()),
-        ("target_generation", pa.string()), ("engine_clock_hz", pa.float64()),
-        ("cores", pa.int64()), ("cores_per_chip", pa.int64()), ("logical_nc_config", pa.int64()),
-        ("profiled_cores", pa.string()),
-        ("tensor_flops_bf16_per_core", pa.float64()), ("vector_flops_per_core", pa.float64()),
-        ("vector_elements_per_s_per_core", pa.float64()),
-        ("hbm_bytes_per_s_per_core", pa.float64()), ("host_link_bytes_per_s", pa.float64()),
-        ("modes", pa.string()), ("host", pa.string()), ("torch_version", pa.string()),
-        ("created_unix_s", pa.float64()), ("note", pa.string()),
     ]),
 }
 
@@ -157,6 +139,73 @@ class _LaunchReports:
         if i < len(reports) and reports[i].end_ns <= kernel.end_ns():
             return reports[i]
         return None
+
+
+def _instruction_rows(nki_launches: list) -> tuple[list[dict], Counter]:
+    """Explorer's Instruction rows of the recorded kernel-language launches: each launch starts at
+    its measured start on the simulated core, and inside it every engine runs its instructions
+    back to back in issue order, the engines concurrently (the cost model's schedule, as
+    ``nki.profile`` draws it); also the instruction count per engine."""
+    rows: list[dict] = []
+    per_engine: Counter = Counter()
+    ordinals: Counter = Counter()
+    for k, launch in sorted(nki_launches, key=lambda kl: kl[0].start_ns()):
+        launch_index = ordinals[k.name()]
+        ordinals[k.name()] += 1
+        engine_free: dict[str, float] = {}
+        pcs: Counter = Counter()
+        for i, r in enumerate(launch.report.instructions):
+            begin = engine_free.get(r.engine, 0.0)
+            engine_free[r.engine] = begin + r.seconds
+            start = k.start_ns() + round(begin * 1e9)
+            end = k.start_ns() + round(engine_free[r.engine] * 1e9)
+            rows.append({
+                "start_ts": start, "end_ts": end, "duration_ns": end - start,
+                "engine": explorer_schema.ENGINE_NAMES[r.engine], "opcode": r.opcode,
+                "operands": f"shape={list(r.shape)} dtype={r.dtype}", "id": len(rows), "pc": pcs[r.engine],
+                "bir_id": f"{k.name()}:{launch_index}:{i}", "pcore_idx": 0, "nki_source_location": r.location,
+                "raw_flops": r.flops, "hbm_read_bytes": r.dma_bytes, "kernel_name": k.name(),
+                "core": k.device_index(), "dtype": r.dtype, "launch": launch_index,
+                "program_id": str(list(r.program_id))})
+            pcs[r.engine] += 1
+            per_engine[r.engine] += 1
+    return rows, per_engine
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of ``intervals`` as disjoint sorted intervals."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _active_rows(instructions: list[dict]) -> list[dict]:
+    """Explorer's ActiveTime: the merged intervals of each engine's instructions, per core."""
+    by_engine: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
+    for r in instructions:
+        by_engine[(r["engine"], r["core"], r["pcore_idx"])].append((r["start_ts"], r["end_ts"]))
+    return [{"start_ts": s, "end_ts": e, "engine": engine, "pcore_idx": pcore, "duration_ns": e - s}
+            for (engine, _, pcore), spans in sorted(by_engine.items()) for s, e in _merged(spans)]
+
+
+def _opcode_rows(instructions: list[dict]) -> list[dict]:
+    """Explorer's OpcodeSummary: per (engine, opcode), the instructions' count, their summed time,
+    the time at least one runs (merged) and that as a percent of the instructions' whole span."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in instructions:
+        groups[(r["engine"], r["opcode"])].append(r)
+    span = (max(r["end_ts"] for r in instructions) - min(r["start_ts"] for r in instructions)) if instructions else 0
+    rows = []
+    for (engine, opcode), group in sorted(groups.items()):
+        active = sum(e - s for s, e in _merged([(r["start_ts"], r["end_ts"]) for r in group]))
+        rows.append({"engine": engine, "opcode": opcode, "instruction_count": len(group),
+                     "instruction_time_ns": sum(r["duration_ns"] for r in group), "active_time_ns": active,
+                     "active_time_percent": 100 * active / span if span else 0.0})
+    return rows
 
 
 def runtime_rows(events: list) -> list[dict]:
@@ -331,35 +380,11 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "source_location": op.source or None,
     } for name, op in sorted(ops.items(), key=lambda kv: -(kv[1].device_ns + kv[1].fallback_ns))]
 
-    instructions, opcodes, nki_engine_counts = [], defaultdict(lambda: [0, 0.0, 0.0]), Counter()
-    ordinals: Counter = Counter()
-    for k, launch in sorted(nki_launches, key=lambda kl: kl[0].start_ns()):
-        ordinals[k.name()] += 1
-        for i, r in enumerate(launch.report.instructions):
-            instructions.append({
-                "kernel_name": k.name(), "core": k.device_index(), "launch": ordinals[k.name()] - 1,
-                "index": i, "engine": r.engine,
-                "opcode": r.opcode, "shape": str(tuple(r.shape)), "dtype": r.dtype, "flops": r.flops,
-                "dma_bytes": r.dma_bytes, "estimated_cycles": r.cycles,
-                "estimated_time_us": r.seconds * 1e6, "nki_source_location": r.location,
-                "program_id": str(tuple(r.program_id))})
-            agg = opcodes[(r.engine, r.opcode)]
-            agg[0] += 1
-            agg[1] += r.cycles
-            agg[2] += r.seconds * 1e6
-            nki_engine_counts[r.engine] += 1
-    opcode_rows = [{"engine": e, "opcode": o, "count": c, "estimated_cycles": cy, "estimated_time_us": us}
-                   for (e, o), (c, cy, us) in sorted(opcodes.items())]
-
+    instructions, nki_engine_counts = _instruction_rows(nki_launches)
+    opcode_rows, active = _opcode_rows(instructions), _active_rows(instructions)
     engine_s = Counter()
     for op in ops.values():
         engine_s.update(op.engine)
-    # Instructions are the simulated kernel-language kernels' instructions only: framework
-    # operators are costed as whole calls, not decomposed into hardware instructions.
-    active = [{"engine": e, "estimated_active_time_us": engine_s[e] * 1e6,
-               "instruction_count": nki_engine_counts[e],
-               "source": "cost model (framework ops) + kernel simulator (kernel-language ops)"}
-              for e in ENGINES]
 
     starts = [e.start_ns() for e in events]
     ends = [e.end_ns() for e in events]
@@ -390,7 +415,14 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         **{f"{e}_estimated_active_time_us": engine_s[e] * 1e6 for e in ENGINES},
         **{f"{e}_instructions": nki_engine_counts[e] for e in ENGINES},
     }
+    first_ns, last_ns = (min(starts), max(ends)) if events else (0, 0)
+    chip = chips.CHIPS[target]
     metadata = {
+        "profile_schema_version": explorer_schema.SCHEMA_VERSION, "num_physical_cores": topo.logical_nc_config,
+        "vnc_enabled": topo.logical_nc_config > 1, "first_hw_timestamp": first_ns, "last_hw_timestamp": last_ns,
+        **{f"{e}_engine_clock_freq": chip.engine_clock_hz[e] / 1e9 for e in ("tensor", "vector", "scalar", "gpsimd")},
+        "instance_type": chips.DEFAULT_INSTANCE[target], "explorer_version": _VERSION,
+        "profile_name": None,
         "is_simulation": True, "chip_generation": topo.generation, "target_generation": target,
         "engine_clock_hz": hw.clock_hz, "cores": len(topo.visible_cores),
         "cores_per_chip": topo.cores_per_chip, "logical_nc_config": topo.logical_nc_config,

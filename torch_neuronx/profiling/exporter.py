@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 
-from . import analysis, cost_model
+from . import analysis, cost_model, explorer_schema
 from .config import NeuronConfig
 
 TRACE_FILE = "framework_trace.json"
@@ -37,6 +37,7 @@ class NeuronProfiler:
         tables = analysis.tables(prof, hw, nc.target, [m.value for m in nc.modes], profiled)
         for name, table in tables.items():
             pq.write_table(table, out / f"{name}.parquet")
+        pq.write_table(explorer_schema.schema_fields(), out / "SchemaFields.parquet")
         add_counter_tracks(out / TRACE_FILE, tables["CpuUtilization"].to_pylist(), tables["HostMemory"].to_pylist())
         self.last_output_dir = out
         return out

@@ -1,0 +1,205 @@
+"""Neuron Explorer's Parquet schema: the tables and fields the simulator's profiles are written in.
+
+Neuron Explorer (AWS's profiler) writes a profile as Parquet tables whose layout it versions as
+``Metadata.profile_schema_version`` and describes in a ``SchemaFields`` table ("one row per
+(table, field) with its type, description, unit"). This module declares the tables a simulated
+profile holds with Explorer's published names, types and units (profile schema 7.4.0, Neuron SDK
+2.31, tools/neuron-explorer/profile-schema-reference.rst; docs/notes/neuron-explorer-reference.md),
+so a query written for Explorer's output runs on ours. Each field also says where its values come
+from (``origin``): ``measured`` on the simulator, ``estimated`` by the cost model for the target
+chip, or ``profile`` (a description of the profile). Fields Explorer does not have are marked
+``extension``; fields of Explorer's that a simulation cannot fill are left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "7.4.0"  # the published profile schema these tables follow
+MEASURED, ESTIMATED, PROFILE = "measured", "estimated", "profile"
+NS = "nanoseconds"
+# Explorer's engine names as its documented Instruction query output spells them ("Tensor MATMUL",
+# "Vector TENSOR_TENSOR"; the schema's examples write "tensor"). The simulator's DMA transfers,
+# which Explorer puts in its DmaPacket table, are Instruction rows on engine "DMA" here.
+ENGINE_NAMES = {"TensorE": "Tensor", "VectorE": "Vector", "ScalarE": "Scalar", "GpSimd": "GpSimd", "DMA": "DMA"}
+
+_TYPES = {pa.int64(): ("integer", "int64"), pa.int32(): ("integer", "int32"), pa.float64(): ("number", "double"),
+          pa.string(): ("string", ""), pa.bool_(): ("boolean", "")}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its Explorer name, type, unit and description, and where its values come from."""
+
+    name: str
+    type: pa.DataType
+    description: str
+    unit: str = ""
+    required: bool = False
+    origin: str = ESTIMATED
+    example: str = ""
+    extension: bool = False  # not in Explorer's schema: ours only
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    description: str
+    fields: tuple[Field, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([(f.name, f.type) for f in self.fields])
+
+
+def _timeline(origin: str) -> tuple[Field, ...]:
+    return (Field("start_ts", pa.int64(), "Timestamp when the activity started.", NS, True, origin),
+            Field("end_ts", pa.int64(), "Timestamp when the activity ended.", NS, True, origin),
+            Field("duration_ns", pa.int64(), "Duration of the activity.", NS, True, origin))
+
+
+_I64, _F64, _STR, _BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("Instruction", "Instructions executed on NeuronCore compute engines (kernel-language kernels: the "
+          "simulator's instructions, timed by the cost model).", (
+              *_timeline(ESTIMATED),
+              Field("engine", _STR, "Compute engine that executed this instruction.", required=True, origin=PROFILE,
+                    example="Tensor"),
+              Field("opcode", _STR, "Opcode for the instruction.", required=True, origin=PROFILE, example="MATMUL"),
+              Field("operands", _STR, "Input operands for the instruction (shape and dtype of its tile).",
+                    required=True, origin=PROFILE),
+              Field("id", _I64, "Unique identifier for this instruction execution.", required=True, origin=PROFILE),
+              Field("pc", _I64, "This instruction's index on its engine within the launch.", required=True,
+                    origin=PROFILE),
+              Field("bir_id", _STR, "Identifier of the instruction: kernel launch and issue index (no compiler "
+                    "BIR in a simulation).", required=True, origin=PROFILE, example="nki:0:17"),
+              Field("pcore_idx", _I64, "Index of the physical NeuronCore within a Logical NeuronCore.",
+                    origin=PROFILE),
+              Field("nki_source_location", _STR, "Neuron Kernel Interface (NKI) source code location that "
+                    "generated this instruction.", origin=PROFILE, example="file.py:42"),
+              Field("raw_flops", _I64, "Number of floating-point operations performed by this instruction.",
+                    origin=ESTIMATED),
+              Field("hbm_read_bytes", _I64, "Bytes the instruction's DMA moves (reads).", origin=MEASURED),
+              Field("kernel_name", _STR, "The device kernel (launch) the instruction belongs to.", origin=PROFILE,
+                    extension=True),
+              Field("core", _I64, "The simulated logical NeuronCore.", origin=PROFILE, extension=True),
+              Field("dtype", _STR, "Data type of the instruction's tile.", origin=PROFILE, extension=True),
+              Field("launch", _I64, "Which launch of its kernel in this profile (0, 1, ...).", origin=PROFILE,
+                    extension=True),
+              Field("program_id", _STR, "The SPMD program of a gridded launch.", origin=PROFILE, extension=True),
+          )),
+    Table("ActiveTime", "A timeline of when engines are active: the merged intervals of the engine's "
+          "instructions (estimated by the cost model).", (
+              Field("start_ts", _I64, "Timestamp when activity on this engine starts.", NS, True),
+              Field("end_ts", _I64, "Timestamp when activity on this engine ends.", NS, True),
+              Field("engine", _STR, "Compute engine that this active time period corresponds to.", required=True,
+                    origin=PROFILE, example="Tensor"),
+              Field("pcore_idx", _I64, "Index of the physical NeuronCore within a Logical NeuronCore.",
+                    required=True, origin=PROFILE),
+              Field("duration_ns", _I64, "The duration of the active time period.", NS, True),
+          )),
+    Table("OpcodeSummary", "Instruction counts and total execution time grouped by compute engine and opcode.", (
+        Field("engine", _STR, "Compute engine that executed the instructions.", required=True, origin=PROFILE,
+              example="Tensor"),
+        Field("opcode", _STR, "Opcode of the instructions.", required=True, origin=PROFILE, example="MATMUL"),
+        Field("instruction_count", _I64, "Total number of instructions with this engine and opcode combination.",
+              required=True, origin=MEASURED),
+        Field("instruction_time_ns", _I64, "Total cumulative execution time of these instructions (added, not "
+              "merged).", NS, True),
+        Field("active_time_ns", _I64, "Duration of time when at least one of these instructions is executing.",
+              NS, True),
+        Field("active_time_percent", _F64, "Percentage of total execution time when at least one of these "
+              "instructions is executing.", "", True),
+    )),
+    Table("Flow", "Dependencies between rows of the timeline tables (data through tensors, stream order, "
+          "events, host syncs).", (
+              Field("in_id", _I64, "Unique identifier of the predecessor.", required=True, origin=PROFILE),
+              Field("out_id", _I64, "Unique identifier of the successor.", required=True, origin=PROFILE),
+              Field("in_table", _STR, "Table of the predecessor.", required=True, origin=PROFILE,
+                    example="instruction"),
+              Field("out_table", _STR, "Table of the successor.", required=True, origin=PROFILE,
+                    example="instruction"),
+              Field("dependency_type", _STR, "Type of dependency from the predecessor.", origin=PROFILE,
+                    example="FLOW_DEPENDENCE"),
+              Field("gap_time", _I64, "The gap time between the end of the input event and the start of the "
+                    "output event.", NS),
+          )),
+    Table("Metadata", "Metadata associated with this profile, including the simulated system's configuration.", (
+        Field("profile_schema_version", _STR, "The version of the data schema (MAJOR.MINOR.PATCH) these tables "
+              "follow; SchemaFields lists its tables and fields.", required=True, origin=PROFILE, example="7.4.0"),
+        Field("num_physical_cores", pa.int32(), "The number of physical NeuronCores in the Logical NeuronCore.",
+              required=True, origin=PROFILE),
+        Field("vnc_enabled", _BOOL, "Whether execution was on Logical NeuronCores of several physical cores.",
+              required=True, origin=PROFILE),
+        Field("first_hw_timestamp", _I64, "First timestamp in the trace.", NS, True, MEASURED),
+        Field("last_hw_timestamp", _I64, "Last timestamp in the trace.", NS, True, MEASURED),
+        Field("tensor_engine_clock_freq", _F64, "The clock frequency of the Tensor Engine.", "gigahertz", True,
+              PROFILE),
+        Field("vector_engine_clock_freq", _F64, "The clock frequency of the Vector Engine.", "gigahertz", True,
+              PROFILE),
+        Field("scalar_engine_clock_freq", _F64, "The clock frequency of the Scalar Engine.", "gigahertz", True,
+              PROFILE),
+        Field("gpsimd_engine_clock_freq", _F64, "The clock frequency of the GpSimd Engine.", "gigahertz", True,
+              PROFILE),
+        Field("instance_type", _STR, "The instance type the profile stands for.", origin=PROFILE,
+              example="trn2.48xlarge"),
+        Field("explorer_version", _STR, "The torch_neuronx version which wrote this profile.", origin=PROFILE),
+        Field("profile_name", _STR, "User chosen name for this profile.", origin=PROFILE),
+        Field("is_simulation", _BOOL, "Whether this profile is a simulation (always true here).", origin=PROFILE,
+              example="true"),
+        *(Field(name, kind, description, origin=PROFILE, extension=True) for name, kind, description in (
+            ("chip_generation", _STR, "The simulated chip generation."),
+            ("target_generation", _STR, "The chip generation the estimates are for."),
+            ("engine_clock_hz", _F64, "The clock instruction cycles are counted at (Hz)."),
+            ("cores", _I64, "Visible simulated logical NeuronCores."),
+            ("cores_per_chip", _I64, "Logical NeuronCores per chip."),
+            ("logical_nc_config", _I64, "Physical cores per logical core (NEURON_LOGICAL_NC_CONFIG)."),
+            ("profiled_cores", _STR, "The cores the profile captured (capture_enabled_for_nc)."),
+            ("tensor_flops_bf16_per_core", _F64, "TensorE BF16 FLOP/s of one logical core of the target."),
+            ("vector_flops_per_core", _F64, "VectorE FP32 FLOP/s of one logical core of the target."),
+            ("vector_elements_per_s_per_core", _F64, "VectorE elements per second of one logical core."),
+            ("hbm_bytes_per_s_per_core", _F64, "One logical core's share of the chip's HBM bandwidth (B/s)."),
+            ("host_link_bytes_per_s", _F64, "The assumed host link bandwidth (B/s)."),
+            ("modes", _STR, "The profile modes recorded."),
+            ("host", _STR, "The host the profile was recorded on."),
+            ("torch_version", _STR, "The torch version."),
+            ("created_unix_s", _F64, "When the profile was written (Unix seconds)."),
+            ("note", _STR, "How to read the profile's times."),
+        )),
+    )),
+)}
+
+SCHEMA_FIELDS = Table("SchemaFields", "The schema of the data in this profile: every field of every table, "
+                      "with its type, description and unit.", (
+                          Field("table_name", _STR, "The table this field belongs to.", required=True, origin=PROFILE),
+                          Field("table_description", _STR, "The description of the table.", required=True,
+                                origin=PROFILE),
+                          Field("field_name", _STR, "The name of this field.", required=True, origin=PROFILE),
+                          Field("field_description", _STR, "The description of this field.", required=True,
+                                origin=PROFILE),
+                          Field("field_example", _STR, "An example of a value of this field.", origin=PROFILE),
+                          Field("field_type", _STR, "The data type of this field.", required=True, origin=PROFILE),
+                          Field("field_required", _BOOL, "Whether this field always holds a value.", required=True,
+                                origin=PROFILE),
+                          Field("field_format", _STR, "The format of the type (int64, double).", origin=PROFILE),
+                          Field("field_unit", _STR, "The unit of this field.", origin=PROFILE),
+                          Field("field_origin", _STR, "measured (on the simulator), estimated (cost model) or "
+                                "profile (describes the profile).", required=True, origin=PROFILE, extension=True),
+                          Field("field_extension", _BOOL, "Whether the field is ours, not in Explorer's schema.",
+                                required=True, origin=PROFILE, extension=True),
+                      ))
+
+
+def schema_fields() -> pa.Table:
+    """The SchemaFields table of the tables above (itself included)."""
+    rows = []
+    for table in (*TABLES.values(), SCHEMA_FIELDS):
+        for f in table.fields:
+            kind, fmt = _TYPES[f.type]
+            rows.append({"table_name": table.name, "table_description": table.description, "field_name": f.name,
+                         "field_description": f.description, "field_example": f.example or None,
+                         "field_type": kind, "field_required": f.required, "field_format": fmt or None,
+                         "field_unit": f.unit or None, "field_origin": f.origin, "field_extension": f.extension})
+    return pa.Table.from_pylist(rows, SCHEMA_FIELDS.schema)
