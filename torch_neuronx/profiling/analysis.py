@@ -23,7 +23,7 @@ import torch
 from torch.autograd import DeviceType
 
 from nki.device import LaunchReport, launch_reports
-from nki.simulator.cost_model import ENGINES, TENSOR, HardwareConfig, tensor_rate, transpose_flops
+from nki.simulator.cost_model import TENSOR, HardwareConfig, tensor_rate, transpose_flops
 
 from .. import _C
 from ..compile.cost import graph_cost
@@ -59,16 +59,6 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
     # Neuron Explorer's tables (explorer_schema.py, profile schema 7.4.0).
     **{name: table.schema for name, table in explorer_schema.TABLES.items() if name != "Flow"},
-    "Summary": pa.schema([
-        ("steps", pa.int64()), ("wall_time_us", pa.float64()), ("device_time_us", pa.float64()),
-        ("host_fallback_time_us", pa.float64()), ("estimated_chip_time_us", pa.float64()),
-        ("estimated_step_time_us", pa.float64()), ("model_flops", pa.int64()), ("hardware_flops", pa.int64()),
-        ("transpose_flops", pa.int64()), ("estimated_mfu", pa.float64()), ("estimated_hfu", pa.float64()),
-        ("estimated_mbu", pa.float64()),
-        ("kernels", pa.int64()), ("fallback_ops", pa.int64()), ("unestimated_ops", pa.int64()),
-        *[(f"{e}_estimated_active_time_us", pa.float64()) for e in ENGINES],
-        *[(f"{e}_instructions", pa.int64()) for e in ENGINES],
-    ]),
     "RuntimeApi": pa.schema([
         ("name", pa.string()), ("calls", pa.int64()), ("host_time_us", pa.float64()),
         ("max_host_time_us", pa.float64()),
@@ -396,24 +386,26 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     hardware_peak_s = model_peak_s + sum(op.transpose_peak_s for op in ops.values())
     moved = sum(op.bytes for op in ops.values())
     steps = max(1, sum(e.name().startswith("ProfilerStep#") for e in cpu.values()))
+    percent = (lambda seconds: 100 * seconds / estimated_s if estimated_s else None)  # noqa: E731
     summary = {
-        "steps": steps, "wall_time_us": wall_us,
-        "device_time_us": sum(op.device_ns for op in ops.values()) / 1e3,
-        "host_fallback_time_us": sum(op.fallback_ns for op in ops.values()) / 1e3,
-        "estimated_chip_time_us": estimated_s * 1e6,
-        "estimated_step_time_us": estimated_s * 1e6 / steps,
-        "model_flops": model_flops, "hardware_flops": model_flops + transposes,
+        "total_time": estimated_s, "model_flops": model_flops, "hardware_flops": model_flops + transposes,
         "transpose_flops": transposes,
         # Utilisations over the estimated time, which already sums every core's busy time: the
         # time TensorE would need at its peak for each FLOP's dtype, over the time taken.
-        "estimated_mfu": model_peak_s / estimated_s if estimated_s else None,
-        "estimated_hfu": hardware_peak_s / estimated_s if estimated_s else None,
-        "estimated_mbu": moved / (estimated_s * hw.dma_bytes_per_s) if estimated_s else None,
+        "mfu_estimated_percent": percent(model_peak_s), "hfu_estimated_percent": percent(hardware_peak_s),
+        "mbu_estimated_percent": percent(moved / hw.dma_bytes_per_s),
+        **{f"{prefix}_active_time": engine_s[e] for e, prefix in explorer_schema.SUMMARY_ENGINES.items()},
+        **{f"{prefix}_active_time_percent": percent(engine_s[e])
+           for e, prefix in explorer_schema.SUMMARY_ENGINES.items()},
+        **{f"{prefix}_instruction_count": nki_engine_counts[e]
+           for e, prefix in explorer_schema.SUMMARY_ENGINES.items() if e != "DMA"},
+        "steps": steps, "wall_time_us": wall_us,
+        "device_time_us": sum(op.device_ns for op in ops.values()) / 1e3,
+        "host_fallback_time_us": sum(op.fallback_ns for op in ops.values()) / 1e3,
+        "estimated_step_time_us": estimated_s * 1e6 / steps,
         "kernels": len(device),
         "fallback_ops": sum(op.execution == "fallback" for op in ops.values()),
         "unestimated_ops": sum(not op.estimated for op in ops.values()),
-        **{f"{e}_estimated_active_time_us": engine_s[e] * 1e6 for e in ENGINES},
-        **{f"{e}_instructions": nki_engine_counts[e] for e in ENGINES},
     }
     first_ns, last_ns = (min(starts), max(ends)) if events else (0, 0)
     chip = chips.CHIPS[target]

@@ -171,6 +171,47 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     )),
 )}
 
+# Summary's per-engine fields: Explorer's prefix of each engine (DMA has no instruction count).
+SUMMARY_ENGINES = {"TensorE": "tensor_engine", "VectorE": "vector_engine", "ScalarE": "scalar_engine",
+                   "GpSimd": "gpsimd_engine", "DMA": "dma"}
+
+
+def _engine_fields(engine: str, prefix: str) -> tuple[Field, ...]:
+    what = "at least one DMA transfer is running" if engine == "DMA" else f"{engine} is processing an instruction"
+    fields = (Field(f"{prefix}_active_time", _F64, f"ESTIMATED duration of time when {what} (framework operators "
+                    "costed whole, kernel-language instructions by the simulator).", "seconds"),
+              Field(f"{prefix}_active_time_percent", _F64, f"Percentage of total_time when {what}.", "percent"))
+    if engine != "DMA":
+        fields += (Field(f"{prefix}_instruction_count", _I64, f"Number of {engine} instructions issued by "
+                         "kernel-language kernels.", origin=MEASURED),)
+    return fields
+
+
+TABLES["Summary"] = Table("Summary", "Profile performance metrics which summarize execution: ESTIMATED chip time "
+                          "and utilisations for the target, and the simulator's measured times.", (
+    Field("total_time", _F64, "ESTIMATED on-device execution time on the target chip, summed over the profiled "
+          "cores.", "seconds"),
+    Field("model_flops", _I64, "FLOPs of useful Tensor Engine compute: the model's matrix multiplications.", "flops"),
+    Field("hardware_flops", _I64, "FLOPs of every Tensor Engine instruction (model FLOPs plus transposes).", "flops"),
+    Field("transpose_flops", _I64, "Tensor Engine FLOPs spent on transposes (kernel-language kernels).", "flops"),
+    Field("mfu_estimated_percent", _F64, "Model FLOPs Utilization: the model FLOPs at the Tensor Engine's peak for "
+          "their dtype over total_time.", "percent"),
+    Field("hfu_estimated_percent", _F64, "Hardware FLOPs Utilization: the same with the hardware FLOPs.", "percent"),
+    Field("mbu_estimated_percent", _F64, "Memory Bandwidth Utilization: bytes moved over total_time times the "
+          "core's HBM bandwidth.", "percent"),
+    *(f for engine, prefix in SUMMARY_ENGINES.items() for f in _engine_fields(engine, prefix)),
+    *(Field(name, kind, description, origin=origin, extension=True) for name, kind, description, origin in (
+        ("steps", _I64, "ProfilerStep# spans recorded (at least 1).", PROFILE),
+        ("wall_time_us", _F64, "First to last recorded event, in microseconds.", MEASURED),
+        ("device_time_us", _F64, "Time the simulated cores ran kernels, in microseconds.", MEASURED),
+        ("host_fallback_time_us", _F64, "Host time of CPU fallbacks, in microseconds.", MEASURED),
+        ("estimated_step_time_us", _F64, "total_time per step, in microseconds.", ESTIMATED),
+        ("kernels", _I64, "Device kernels recorded.", MEASURED),
+        ("fallback_ops", _I64, "Operators that fell back to the CPU.", MEASURED),
+        ("unestimated_ops", _I64, "Operators the cost model could not estimate.", ESTIMATED),
+    )),
+))
+
 SCHEMA_FIELDS = Table("SchemaFields", "The schema of the data in this profile: every field of every table, "
                       "with its type, description and unit.", (
                           Field("table_name", _STR, "The table this field belongs to.", required=True, origin=PROFILE),

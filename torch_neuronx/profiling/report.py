@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 
 from nki.simulator.cost_model import ENGINES
 
+from .explorer_schema import SUMMARY_ENGINES
+
 ROWS = 15
 
 
@@ -57,7 +59,7 @@ def _chart(ops: list[dict], summary: dict, path: Path) -> str:
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     left.barh(list(families), list(families.values()), color="tab:blue")
     left.set_title("Measured time by operator family (simulator, us)")
-    engines = [summary[f"{e}_estimated_active_time_us"] for e in ENGINES]
+    engines = [summary[f"{SUMMARY_ENGINES[e]}_active_time"] * 1e6 for e in ENGINES]
     right.barh(list(ENGINES), engines, color="tab:orange")
     right.set_title(f"ESTIMATED active time by engine ({summary['target']}, us)")
     fig.tight_layout()
@@ -81,13 +83,13 @@ def build(profile_dir: Path) -> str:
     fb_header = ("operator", "calls", "host us (measured)", "est. cost us (host + transfer)")
     fb_rows = [(o["op_name"], str(o["calls"]), _fmt(o["host_fallback_time_us"]), _fmt(o["estimated_chip_time_us"]))
                for o in fallbacks]
-    mfu = summary["estimated_mfu"]
+    mfu = summary["mfu_estimated_percent"]
     headline = [
         f"Simulated profile ({meta['chip_generation']}); estimates for {meta['target_generation']}",
         f"steps: {summary['steps']}   measured device time: {_fmt(summary['device_time_us'])} us   "
         f"measured CPU-fallback time: {_fmt(summary['host_fallback_time_us'])} us",
         f"ESTIMATED chip step time: {_fmt(summary['estimated_step_time_us'])} us   "
-        f"ESTIMATED MFU: {'n/a' if mfu is None else f'{100 * mfu:.2f}%'}   "
+        f"ESTIMATED MFU: {'n/a' if mfu is None else f'{mfu:.2f}%'}   "
         f"operators without an estimate: {summary['unestimated_ops']}",
     ]
     chart = _chart(ops, summary, profile_dir / "report.png")
