@@ -18,7 +18,6 @@ from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, explorer_schem
 def profile_dir(tmp_path_factory):
     import nki
     import nki.language as nl
-
     import torch_neuronx
 
     @nki.jit
