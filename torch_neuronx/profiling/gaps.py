@@ -1,0 +1,114 @@
+"""What each idle gap of a simulated core waited for, and the dependency edges behind it.
+
+A profile's events become Explorer's ``SystemProfileEvents`` rows (framework operators, runtime
+calls, device kernels and copies) and ``Flow`` edges between them:
+
+- ``launch``: a runtime launch call to the device kernel or copy it enqueued (``gap_time``: from
+  the call's end to the kernel's start: the queue's hand-off);
+- ``stream order``: a core's kernel to its next one (``gap_time``: the core's idle time between
+  them), with ``waited_for``, what the core waited for in that gap:
+  - ``host sync``: the host was blocked reading a result (``.item()``, a copy to the host, a
+    synchronize) when the core went idle, and launched the next kernel only after;
+  - ``cpu fallback``: the host was computing an operator that fell back to the CPU for most of
+    the gap (fallbacks are host work: they are not in the core's kernel sequence);
+  - ``host launch``: the next kernel was launched after the core went idle (the host, running
+    Python, was slower than the device);
+  - ``collective``: the next kernel is a collective (it starts when its peers are ready);
+  - ``queue``: the next kernel was already queued: the gap is the runtime's own hand-off.
+
+All of it is measured on the simulator (the gaps are this machine's, not the chip's).
+"""
+from __future__ import annotations
+
+import socket
+from collections import defaultdict
+from typing import Any
+
+from torch.autograd import DeviceType
+
+RUNTIME_ACTIVITY = "privateuse1_runtime"
+FALLBACK_PREFIX = "cpu fallback: "
+COLLECTIVE_PREFIX = "c10d::"
+# Host calls that block until the device has produced a value.
+SYNCS = ("aten::item", "aten::_local_scalar_dense", "aten::_to_cpu", "neuronDeviceSynchronize",
+         "neuronStreamSynchronize", "neuronEventSynchronize")
+HOST_SYNC, CPU_FALLBACK, HOST_LAUNCH, COLLECTIVE, QUEUE = ("host sync", "cpu fallback", "host launch", "collective",
+                                                           "queue")
+
+
+def _source(e: Any) -> str:
+    if e.device_type() != DeviceType.CPU:
+        return "neuron_hw"
+    return "neuron_rt" if e.activity_type() == RUNTIME_ACTIVITY else "framework"
+
+
+def system_events(events: list) -> list[dict]:
+    """Explorer's SystemProfileEvents rows of a profile's events, in time order (``id``: the row)."""
+    host = socket.gethostname()
+    rows = []
+    for e in sorted(events, key=lambda e: (e.start_ns(), e.end_ns())):
+        device = e.device_type() != DeviceType.CPU
+        rows.append({"id": len(rows), "name": e.name(), "start_ts": e.start_ns(), "end_ts": e.end_ns(),
+                     "duration_ns": e.end_ns() - e.start_ns(), "trace_event_source": _source(e),
+                     "instance_id": host, "process_id": 0 if device else e.device_index(),
+                     "thread_id": 0 if device else e.start_thread_id(),
+                     "nc_idx": e.device_index() if device else None,
+                     "correlation_id": e.linked_correlation_id() if device or _source(e) == "neuron_rt"
+                     else e.correlation_id()})
+    return rows
+
+
+def _overlap(row: dict, start: int, end: int) -> int:
+    return max(0, min(row["end_ts"], end) - max(row["start_ts"], start))
+
+
+def _waited_for(previous: dict, kernel: dict, launch: dict | None, host: list[dict], fallbacks: list[dict]) -> str:
+    """What the core waited for between ``previous`` ending and ``kernel`` starting."""
+    start, end = previous["end_ts"], kernel["start_ts"]
+    if kernel["name"].startswith(COLLECTIVE_PREFIX):
+        return COLLECTIVE
+    if any(h["name"] in SYNCS and h["start_ts"] <= start <= h["end_ts"] for h in host) and (
+            launch is None or launch["start_ts"] >= start):
+        return HOST_SYNC
+    if end > start and sum(_overlap(f, start, end) for f in fallbacks) * 2 >= end - start:
+        return CPU_FALLBACK
+    if launch is None or launch["start_ts"] < start:
+        return QUEUE
+    return HOST_LAUNCH
+
+
+def flows(rows: list[dict]) -> list[dict]:
+    """The launch and stream-order edges between ``rows`` (:func:`system_events`)."""
+    launches = {r["correlation_id"]: r for r in rows
+                if r["trace_event_source"] == "neuron_rt" and r["name"].startswith("neuronLaunch")}
+    host = [r for r in rows if r["trace_event_source"] != "neuron_hw"]
+    fallbacks = [r for r in rows if r["trace_event_source"] == "neuron_hw" and r["name"].startswith(FALLBACK_PREFIX)]
+    cores: dict[int, list[dict]] = defaultdict(list)
+    edges = []
+    for r in rows:
+        if r["trace_event_source"] != "neuron_hw" or r["name"].startswith(FALLBACK_PREFIX):
+            continue
+        launch = launches.get(r["correlation_id"])
+        if launch is not None:
+            edges.append(_edge(launch, r, "launch", None))
+        cores[r["nc_idx"]].append(r)
+    for kernels in cores.values():
+        for previous, kernel in zip(kernels, kernels[1:]):
+            cause = _waited_for(previous, kernel, launches.get(kernel["correlation_id"]), host, fallbacks)
+            edges.append(_edge(previous, kernel, "stream order", cause))
+    return edges
+
+
+def _edge(before: dict, after: dict, kind: str, waited_for: str | None) -> dict:
+    return {"in_id": before["id"], "out_id": after["id"], "in_table": "SystemProfileEvents",
+            "out_table": "SystemProfileEvents", "dependency_type": kind,
+            "gap_time": max(0, after["start_ts"] - before["end_ts"]), "waited_for": waited_for}
+
+
+def idle_by_cause(edges: list[dict]) -> dict[str, int]:
+    """Nanoseconds of core idle time by what it waited for."""
+    total: dict[str, int] = defaultdict(int)
+    for e in edges:
+        if e["dependency_type"] == "stream order":
+            total[e["waited_for"]] += e["gap_time"]
+    return dict(total)
