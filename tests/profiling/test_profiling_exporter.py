@@ -271,7 +271,16 @@ def test_explorers_documented_queries_run_on_our_profile(tmp_path, nki_unary):
     assert top["count"].sum() == len(df) and (top["sum"] >= 0).all()
     meta = pd.read_parquet(profile_dir / "Metadata.parquet").iloc[0]
     assert meta["profile_schema_version"] == "7.4.0" and bool(meta["is_simulation"])
+    # Every device kernel but the first on its core has the stream-order edge saying what its gap
+    # waited for; the launched ones have their launch edge.
+    events = pd.read_parquet(profile_dir / "SystemProfileEvents.parquet")
+    flow = pd.read_parquet(profile_dir / "Flow.parquet")
+    kernels = events[(events["trace_event_source"] == "neuron_hw") & ~events["name"].str.startswith("cpu fallback")]
+    order = flow[flow["dependency_type"] == "stream order"]
+    assert len(order) == len(kernels) - kernels["nc_idx"].nunique()
+    assert set(order["waited_for"]) <= {"host sync", "cpu fallback", "host launch", "collective", "queue"}
+    assert (flow["gap_time"] >= 0).all() and (flow["dependency_type"] == "launch").any()
     fields = pd.read_parquet(profile_dir / "SchemaFields.parquet")
-    for table in ("Instruction", "ActiveTime", "OpcodeSummary", "Metadata", "Summary"):
+    for table in ("Instruction", "ActiveTime", "OpcodeSummary", "Metadata", "Summary", "SystemProfileEvents", "Flow"):
         written = pq.read_schema(profile_dir / f"{table}.parquet").names
         assert written == fields[fields["table_name"] == table]["field_name"].tolist()

@@ -29,7 +29,7 @@ from .. import _C
 from ..compile.cost import graph_cost
 from ..compile.executable import KERNEL_PREFIX as COMPILED_PREFIX
 from ..runtime import chips
-from . import cost_model, explorer_schema
+from . import cost_model, explorer_schema, gaps
 
 try:
     _VERSION = "torch-neuronx-sim " + importlib.metadata.version("torch-neuronx-sim")
@@ -58,7 +58,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("estimated_algbw_gbps", pa.float64()), ("estimated_busbw_gbps", pa.float64()),
     ]),
     # Neuron Explorer's tables (explorer_schema.py, profile schema 7.4.0).
-    **{name: table.schema for name, table in explorer_schema.TABLES.items() if name != "Flow"},
+    **{name: table.schema for name, table in explorer_schema.TABLES.items()},
     "RuntimeApi": pa.schema([
         ("name", pa.string()), ("calls", pa.int64()), ("host_time_us", pa.float64()),
         ("max_host_time_us", pa.float64()),
@@ -427,10 +427,12 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "note": "device times are measured on the simulator; estimated_* columns are cost-model "
                 "estimates for the target chip, not measurements",
     }
+    system_events = gaps.system_events(events)
     samples = _C._profiler_samples()  # taken only in CPU_UTIL / HOST_MEMORY modes
     rows = {"FrameworkOp": framework, "Collective": collectives, "Instruction": instructions,
             "OpcodeSummary": opcode_rows,
             "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
+            "SystemProfileEvents": system_events, "Flow": gaps.flows(system_events),
             "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
             "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],
             "HostMemory": memory_rows(samples) if "host_memory" in modes else []}

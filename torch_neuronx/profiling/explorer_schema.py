@@ -124,7 +124,25 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Field("dependency_type", _STR, "Type of dependency from the predecessor.", origin=PROFILE,
                     example="FLOW_DEPENDENCE"),
               Field("gap_time", _I64, "The gap time between the end of the input event and the start of the "
-                    "output event.", NS),
+                    "output event.", NS, origin=MEASURED),
+              Field("waited_for", _STR, "For a core's stream-order edge, what the core waited for in the gap: "
+                    "host sync, cpu fallback, host launch, collective or queue.", origin=MEASURED, extension=True),
+          )),
+    Table("SystemProfileEvents", "Framework operators, runtime calls and device kernels of the profile, "
+          "measured on the simulator.", (
+              Field("id", _I64, "Unique identifier for this event.", required=True, origin=PROFILE),
+              Field("name", _STR, "Name of the event.", required=True, origin=PROFILE, example="aten::mm"),
+              *_timeline(MEASURED),
+              Field("trace_event_source", _STR, "Source of the event: neuron_rt (the runtime on the host), neuron_hw "
+                    "(a simulated NeuronCore) or framework.", required=True, origin=PROFILE, example="framework"),
+              Field("instance_id", _STR, "The host that produced this event.", required=True, origin=PROFILE),
+              Field("process_id", _I64, "The process that produced this event (0 for device events).", required=True,
+                    origin=PROFILE),
+              Field("thread_id", _I64, "The thread that produced this event (0 for device events).", required=True,
+                    origin=PROFILE),
+              Field("nc_idx", _I64, "The simulated logical NeuronCore of a device event.", origin=PROFILE),
+              Field("correlation_id", _I64, "The framework operator's correlation id that links an operator, its "
+                    "runtime calls and its kernels.", origin=PROFILE, extension=True),
           )),
     Table("Metadata", "Metadata associated with this profile, including the simulated system's configuration.", (
         Field("profile_schema_version", _STR, "The version of the data schema (MAJOR.MINOR.PATCH) these tables "

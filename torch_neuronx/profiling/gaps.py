@@ -42,6 +42,11 @@ def _source(e: Any) -> str:
     return "neuron_rt" if e.activity_type() == RUNTIME_ACTIVITY else "framework"
 
 
+def _thread(tid: int) -> int:
+    """A thread id as int64 (a profiler step marker's is the unsigned -1: no thread)."""
+    return tid if tid < 1 << 63 else -1
+
+
 def system_events(events: list) -> list[dict]:
     """Explorer's SystemProfileEvents rows of a profile's events, in time order (``id``: the row)."""
     host = socket.gethostname()
@@ -51,7 +56,7 @@ def system_events(events: list) -> list[dict]:
         rows.append({"id": len(rows), "name": e.name(), "start_ts": e.start_ns(), "end_ts": e.end_ns(),
                      "duration_ns": e.end_ns() - e.start_ns(), "trace_event_source": _source(e),
                      "instance_id": host, "process_id": 0 if device else e.device_index(),
-                     "thread_id": 0 if device else e.start_thread_id(),
+                     "thread_id": 0 if device else _thread(e.start_thread_id()),
                      "nc_idx": e.device_index() if device else None,
                      "correlation_id": e.linked_correlation_id() if device or _source(e) == "neuron_rt"
                      else e.correlation_id()})
