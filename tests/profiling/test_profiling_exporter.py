@@ -280,6 +280,8 @@ def test_explorers_documented_queries_run_on_our_profile(tmp_path, nki_unary):
     assert len(order) == len(kernels) - kernels["nc_idx"].nunique()
     assert set(order["waited_for"]) <= {"host sync", "cpu fallback", "host launch", "collective", "queue"}
     assert (flow["gap_time"] >= 0).all() and (flow["dependency_type"] == "launch").any()
+    summary = pd.read_parquet(profile_dir / "Summary.parquet").iloc[0]
+    assert sum(summary[f"idle_{c.replace(' ', '_')}_ns"] for c in set(order["waited_for"])) == order["gap_time"].sum()
     fields = pd.read_parquet(profile_dir / "SchemaFields.parquet")
     for table in ("Instruction", "ActiveTime", "OpcodeSummary", "Metadata", "Summary", "SystemProfileEvents", "Flow"):
         written = pq.read_schema(profile_dir / f"{table}.parquet").names

@@ -386,6 +386,9 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     hardware_peak_s = model_peak_s + sum(op.transpose_peak_s for op in ops.values())
     moved = sum(op.bytes for op in ops.values())
     steps = max(1, sum(e.name().startswith("ProfilerStep#") for e in cpu.values()))
+    system_events = gaps.system_events(events)
+    flow = gaps.flows(system_events)
+    idle = gaps.idle_by_cause(flow)
     percent = (lambda seconds: 100 * seconds / estimated_s if estimated_s else None)  # noqa: E731
     summary = {
         "total_time": estimated_s, "model_flops": model_flops, "hardware_flops": model_flops + transposes,
@@ -406,6 +409,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "kernels": len(device),
         "fallback_ops": sum(op.execution == "fallback" for op in ops.values()),
         "unestimated_ops": sum(not op.estimated for op in ops.values()),
+        **{f"idle_{cause.replace(' ', '_')}_ns": idle.get(cause, 0) for cause in explorer_schema.IDLE_CAUSES},
     }
     first_ns, last_ns = (min(starts), max(ends)) if events else (0, 0)
     chip = chips.CHIPS[target]
@@ -427,12 +431,11 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "note": "device times are measured on the simulator; estimated_* columns are cost-model "
                 "estimates for the target chip, not measurements",
     }
-    system_events = gaps.system_events(events)
     samples = _C._profiler_samples()  # taken only in CPU_UTIL / HOST_MEMORY modes
     rows = {"FrameworkOp": framework, "Collective": collectives, "Instruction": instructions,
             "OpcodeSummary": opcode_rows,
             "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
-            "SystemProfileEvents": system_events, "Flow": gaps.flows(system_events),
+            "SystemProfileEvents": system_events, "Flow": flow,
             "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
             "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],
             "HostMemory": memory_rows(samples) if "host_memory" in modes else []}

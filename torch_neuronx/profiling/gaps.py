@@ -26,14 +26,15 @@ from typing import Any
 
 from torch.autograd import DeviceType
 
+from .explorer_schema import IDLE_CAUSES
+
 RUNTIME_ACTIVITY = "privateuse1_runtime"
 FALLBACK_PREFIX = "cpu fallback: "
 COLLECTIVE_PREFIX = "c10d::"
 # Host calls that block until the device has produced a value.
 SYNCS = ("aten::item", "aten::_local_scalar_dense", "aten::_to_cpu", "neuronDeviceSynchronize",
          "neuronStreamSynchronize", "neuronEventSynchronize")
-HOST_SYNC, CPU_FALLBACK, HOST_LAUNCH, COLLECTIVE, QUEUE = ("host sync", "cpu fallback", "host launch", "collective",
-                                                           "queue")
+HOST_SYNC, CPU_FALLBACK, HOST_LAUNCH, COLLECTIVE, QUEUE = IDLE_CAUSES
 
 
 def _source(e: Any) -> str:
