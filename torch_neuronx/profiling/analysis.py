@@ -30,15 +30,13 @@ from ..compile.cost import graph_cost
 from ..compile.executable import KERNEL_PREFIX as COMPILED_PREFIX
 from ..runtime import chips
 from . import cost_model, explorer_schema, gaps
+from .gaps import COLLECTIVE_PREFIX, FALLBACK_PREFIX, RUNTIME_ACTIVITY
 
 try:
     _VERSION = "torch-neuronx-sim " + importlib.metadata.version("torch-neuronx-sim")
 except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
     _VERSION = "torch-neuronx-sim (source tree)"
-FALLBACK_PREFIX = "cpu fallback: "
 NKI_PREFIX = "nki:"
-COLLECTIVE_PREFIX = "c10d::"  # the neuron process group's kernels (torch_neuronx/distributed)
-RUNTIME_ACTIVITY = "privateuse1_runtime"
 
 SCHEMAS: dict[str, pa.Schema] = {
     "FrameworkOp": pa.schema([

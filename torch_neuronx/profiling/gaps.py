@@ -28,9 +28,9 @@ from torch.autograd import DeviceType
 
 from .explorer_schema import IDLE_CAUSES
 
-RUNTIME_ACTIVITY = "privateuse1_runtime"
-FALLBACK_PREFIX = "cpu fallback: "
-COLLECTIVE_PREFIX = "c10d::"
+RUNTIME_ACTIVITY = "privateuse1_runtime"  # the profiler activity of the runtime's host calls
+FALLBACK_PREFIX = "cpu fallback: "  # the device kernel of an operator run on the host
+COLLECTIVE_PREFIX = "c10d::"  # the neuron process group's kernels (torch_neuronx/distributed)
 # Host calls that block until the device has produced a value.
 SYNCS = ("aten::item", "aten::_local_scalar_dense", "aten::_to_cpu", "neuronDeviceSynchronize",
          "neuronStreamSynchronize", "neuronEventSynchronize")
