@@ -18,14 +18,11 @@ from .simulator import RunReport, last_report
 
 def trace_events(report: RunReport) -> list[dict[str, Any]]:
     """Chrome trace events of the estimated timeline: a process per program, a thread per engine."""
-    engine_free: dict[str, float] = {}
     events: list[dict[str, Any]] = []
     lanes: set[tuple[tuple[int, ...], str]] = set()
     programs: dict[tuple[int, ...], int] = {}
-    for record in report.instructions:
+    for start, record in report.schedule():
         pid = programs.setdefault(record.program_id, len(programs))
-        start = engine_free.get(record.engine, 0.0)
-        engine_free[record.engine] = start + record.seconds
         lanes.add((record.program_id, record.engine))
         events.append({"name": record.opcode, "ph": "X", "pid": pid, "tid": record.engine, "ts": start * 1e6,
                        "dur": record.seconds * 1e6,

@@ -73,6 +73,18 @@ class RunReport:
                 seconds * clock, location, program_id))
         return self._records
 
+    def schedule(self) -> list[tuple[float, InstructionRecord]]:
+        """The ESTIMATED timeline behind :attr:`estimated_seconds`: each instruction with its start
+        (seconds from the launch), every engine running its instructions back to back in issue
+        order and the engines concurrently."""
+        engine_free: dict[str, float] = {}
+        timeline = []
+        for record in self.instructions:
+            start = engine_free.get(record.engine, 0.0)
+            engine_free[record.engine] = start + record.seconds
+            timeline.append((start, record))
+        return timeline
+
     @property
     def instruction_count(self) -> int:
         return len(self._issued)

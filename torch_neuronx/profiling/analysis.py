@@ -131,22 +131,18 @@ class _LaunchReports:
 
 def _instruction_rows(nki_launches: list) -> tuple[list[dict], Counter]:
     """Explorer's Instruction rows of the recorded kernel-language launches: each launch starts at
-    its measured start on the simulated core, and inside it every engine runs its instructions
-    back to back in issue order, the engines concurrently (the cost model's schedule, as
-    ``nki.profile`` draws it); also the instruction count per engine."""
+    its measured start on the simulated core, and inside it the simulator's estimated schedule
+    (``RunReport.schedule``, as ``nki.profile`` draws it); also the instruction count per engine."""
     rows: list[dict] = []
     per_engine: Counter = Counter()
     ordinals: Counter = Counter()
     for k, launch in sorted(nki_launches, key=lambda kl: kl[0].start_ns()):
         launch_index = ordinals[k.name()]
         ordinals[k.name()] += 1
-        engine_free: dict[str, float] = {}
         pcs: Counter = Counter()
-        for i, r in enumerate(launch.report.instructions):
-            begin = engine_free.get(r.engine, 0.0)
-            engine_free[r.engine] = begin + r.seconds
+        for i, (begin, r) in enumerate(launch.report.schedule()):
             start = k.start_ns() + round(begin * 1e9)
-            end = k.start_ns() + round(engine_free[r.engine] * 1e9)
+            end = k.start_ns() + round((begin + r.seconds) * 1e9)
             rows.append({
                 "start_ts": start, "end_ts": end, "duration_ns": end - start,
                 "engine": explorer_schema.ENGINE_NAMES[r.engine], "opcode": r.opcode,
