@@ -14,7 +14,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode
+from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, ProfileMode, explorer_schema
 from torch_neuronx.profiling.analysis import SCHEMAS
 from torch_neuronx.runtime import chips
 
@@ -281,7 +281,7 @@ def test_explorers_documented_queries_run_on_our_profile(tmp_path, nki_unary):
     assert set(order["waited_for"]) <= {"host sync", "cpu fallback", "host launch", "collective", "queue"}
     assert (flow["gap_time"] >= 0).all() and (flow["dependency_type"] == "launch").any()
     summary = pd.read_parquet(profile_dir / "Summary.parquet").iloc[0]
-    assert sum(summary[f"idle_{c.replace(' ', '_')}_ns"] for c in set(order["waited_for"])) == order["gap_time"].sum()
+    assert sum(summary[explorer_schema.idle_field(c)] for c in set(order["waited_for"])) == order["gap_time"].sum()
     fields = pd.read_parquet(profile_dir / "SchemaFields.parquet")
     for table in ("Instruction", "ActiveTime", "OpcodeSummary", "Metadata", "Summary", "SystemProfileEvents", "Flow"):
         written = pq.read_schema(profile_dir / f"{table}.parquet").names

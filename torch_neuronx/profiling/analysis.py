@@ -403,7 +403,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "kernels": len(device),
         "fallback_ops": sum(op.execution == "fallback" for op in ops.values()),
         "unestimated_ops": sum(not op.estimated for op in ops.values()),
-        **{f"idle_{cause.replace(' ', '_')}_ns": idle.get(cause, 0) for cause in explorer_schema.IDLE_CAUSES},
+        **{explorer_schema.idle_field(cause): idle.get(cause, 0) for cause in explorer_schema.IDLE_CAUSES},
     }
     first_ns, last_ns = (min(starts), max(ends)) if events else (0, 0)
     chip = chips.CHIPS[target]

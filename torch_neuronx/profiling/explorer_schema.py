@@ -191,6 +191,12 @@ TABLES: dict[str, Table] = {t.name: t for t in (
 
 # What a core's idle gap waited for (torch_neuronx/profiling/gaps.py).
 IDLE_CAUSES = ("host sync", "cpu fallback", "host launch", "collective", "queue")
+
+
+def idle_field(cause: str) -> str:
+    """Summary's field of the idle time waiting for ``cause`` (``idle_host_sync_ns``)."""
+    return f"idle_{cause.replace(' ', '_')}_ns"
+
 # Summary's per-engine fields: Explorer's prefix of each engine (DMA has no instruction count).
 SUMMARY_ENGINES = {"TensorE": "tensor_engine", "VectorE": "vector_engine", "ScalarE": "scalar_engine",
                    "GpSimd": "gpsimd_engine", "DMA": "dma"}
@@ -229,7 +235,7 @@ TABLES["Summary"] = Table("Summary", "Profile performance metrics which summariz
         ("kernels", _I64, "Device kernels recorded.", MEASURED),
         ("fallback_ops", _I64, "Operators that fell back to the CPU.", MEASURED),
         ("unestimated_ops", _I64, "Operators the cost model could not estimate.", ESTIMATED),
-        *((f"idle_{cause.replace(' ', '_')}_ns", _I64, f"Idle time of the cores waiting for: {cause} (Flow's "
+        *((idle_field(cause), _I64, f"Idle time of the cores waiting for: {cause} (Flow's "
            "waited_for), in nanoseconds.", MEASURED) for cause in IDLE_CAUSES),
     )),
 ))
