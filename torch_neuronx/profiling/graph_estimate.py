@@ -121,7 +121,19 @@ def _traffic(regions: list[list[Op]]) -> list[int]:
     return moved
 
 
+def lane_seconds(elements: float, hw: HardwareConfig) -> float:
+    """Element-wise work on the lane engines, VectorE and ScalarE sharing it."""
+    return elements / (hw.vector_elements_per_s + hw.scalar_elements_per_s)
+
+
+def hbm_seconds(nbytes: float, hw: HardwareConfig, a: Assumptions) -> float:
+    """Bytes through the core's share of HBM at the fitted efficiency."""
+    return nbytes / (hw.dma_bytes_per_s * a.hbm_efficiency)
+
+
 def kernel_cost(ops: list[Op], moved: int, hw: HardwareConfig, a: Assumptions, matmul_dtype: str | None) -> Cost:
+    """One kernel running ``ops`` and moving ``moved`` bytes: its slowest resource (TensorE, the
+    lane engines, HBM; they overlap) plus the fixed cost of a kernel."""
     tensor = lanes = 0.0
     flops = 0
     for op in ops:
@@ -129,16 +141,15 @@ def kernel_cost(ops: list[Op], moved: int, hw: HardwareConfig, a: Assumptions, m
             dtype = matmul_dtype if matmul_dtype and op.kind != ATTENTION else op.dtype
             tensor += op.tensor_flops / (tensor_rate(hw, dtype) * a.matmul_efficiency)
             flops += op.tensor_flops
-        lanes += op.lane_elements / (hw.vector_elements_per_s + hw.scalar_elements_per_s)
-    memory = moved / (hw.dma_bytes_per_s * a.hbm_efficiency)
-    busy = {TENSOR_BOUND: tensor, LANE_BOUND: lanes, HBM_BOUND: memory}
+        lanes += lane_seconds(op.lane_elements, hw)
+    busy = {TENSOR_BOUND: tensor, LANE_BOUND: lanes, HBM_BOUND: hbm_seconds(moved, hw, a)}
     bound = max(busy, key=busy.get)
     return Cost({bound: busy[bound], OVERHEAD: a.kernel_overhead_s}, flops, moved, 1)
 
 
 def _narrow_matmul_reads(region: list[Op], moved: int, matmul_dtype: str | None) -> int:
     """A matrix operator whose operands are quantized to 8 bits reads half its bf16 bytes."""
-    if matmul_dtype is None or region[0].kind == ELEMENTWISE or region[0].kind == ATTENTION:
+    if matmul_dtype is None or region[0].kind != MATMUL:
         return moved
     return moved - sum(n for _, n in region[0].reads) // 2
 
@@ -150,8 +161,8 @@ def compiled(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
     regions = fuse(ops)
     phases: dict[str, Cost] = defaultdict(Cost)
     for region, moved in zip(regions, _traffic(regions)):
-        phases[region[0].phase] += kernel_cost(region, _narrow_matmul_reads(region, moved, matmul_dtype), hw, a,
-                                           matmul_dtype)
+        moved = _narrow_matmul_reads(region, moved, matmul_dtype)
+        phases[region[0].phase] += kernel_cost(region, moved, hw, a, matmul_dtype)
     return dict(phases)
 
 

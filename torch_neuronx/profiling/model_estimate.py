@@ -135,8 +135,6 @@ def _build(config: Any) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
 
         _register_attention()
-        config = copy.deepcopy(config)
-        config._attn_implementation = _ATTENTION
         return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation=_ATTENTION)
 
 
@@ -404,7 +402,8 @@ def _rank_costs(config: Any, workload: str, batch: int, seq_len: int, s: _Setup,
     shard = shard_config(config, s.tp)
     (one, p1), (two, p2) = (record(_with_layers(shard, n)) for n in (1, 2))
     layer = {k: two[k] - one[k] for k in two}
-    whole_one, whole_two = (_parameters(_build(_with_layers(config, n))) for n in (1, 2))
+    # The unsharded model's size (a tensor-parallel rank holds only its share).
+    whole_one, whole_two = (p1, p2) if s.tp == 1 else (_parameters(_build(_with_layers(config, n))) for n in (1, 2))
     return _RankCosts({k: one[k] - layer[k] for k in one}, layer, depth, 2 * p1 - p2, p2 - p1,
                       whole_one + (whole_two - whole_one) * (depth - 1))
 
@@ -536,8 +535,8 @@ def _parameters(model: torch.nn.Module) -> int:
 
 
 def _optimizer(params: float, hw: Any, a: Assumptions) -> Cost:
-    memory = params * OPTIMIZER_BYTES_PER_PARAM / (hw.dma_bytes_per_s * a.hbm_efficiency)
-    lanes = params * OPTIMIZER_ELEMENTS_PER_PARAM / (hw.vector_elements_per_s + hw.scalar_elements_per_s)
+    memory = graph_estimate.hbm_seconds(params * OPTIMIZER_BYTES_PER_PARAM, hw, a)
+    lanes = graph_estimate.lane_seconds(params * OPTIMIZER_ELEMENTS_PER_PARAM, hw)
     bound = graph_estimate.HBM_BOUND if memory >= lanes else graph_estimate.LANE_BOUND
     return Cost({bound: max(memory, lanes)}, 0, round(params * OPTIMIZER_BYTES_PER_PARAM), 1)
 
