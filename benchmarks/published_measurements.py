@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from torch_neuronx.runtime import chips
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS_JSON = os.path.join(HERE, "published_measurements_models.json")
 KERNELS_JSON = os.path.join(HERE, "published_measurements_kernels.json")
@@ -107,7 +109,8 @@ def _model_row(m: dict) -> Row | str:
     if name is None:
         return f"no preset for {m['model']}"
     generation = "trn1" if m["generation"] in ("trn1", "inf2") else m["generation"]
-    per_chip = 2 if generation == "trn1" else 4  # logical cores per chip (lnc 1 on trn1, 2 on trn2)
+    chip = chips.CHIPS[generation]
+    per_chip = chip.physical_cores // chip.default_logical_nc_config  # logical cores per chip
     tp, pp = m["tp"], m.get("pp") or 1
     config: dict[str, Any] = dict(model=name, generation=generation, instance=_instance(m), tp=tp, pp=pp,
                                   dtype="fp8" if "int8" in (m.get("dtype") or "") else "bf16")
@@ -187,11 +190,10 @@ def collective(row: Row, assumptions: Any) -> float:
     """The cost model's figure for a collective row: its time (us) or its bus bandwidth (GB/s)."""
     from torch_neuronx.distributed.traffic import traffic
     from torch_neuronx.profiling.cost_model import collective_seconds, fabric
-    from torch_neuronx.runtime import chips
 
     c = row.config
     box = chips.INSTANCES[chips.DEFAULT_INSTANCE[c["generation"]]]
-    lnc = 1 if c["generation"] == "trn1" else 2
+    lnc = chips.CHIPS[c["generation"]].default_logical_nc_config
     per_instance = -(-c["ranks"] // c["instances"])
     fab = fabric(c["generation"], lnc, per_instance, box.efa_bytes_per_s, assumptions)
     seconds = sum(collective_seconds(c["collective"], c["nbytes"], c["ranks"], fab).values())

@@ -345,7 +345,7 @@ def _setup(workload: str, generation: str, instance: str | None, instances: int,
         raise EstimateError(f"estimate: {box.name} holds {box.chip.name} chips, not {generation}")
     if chips_used and (instances != 1 or chips_used > box.chips):
         raise EstimateError(f"estimate: chips_used={chips_used} is a part of one {box.name} ({box.chips} chips)")
-    lnc = logical_nc_config or (1 if chip.neuron_core == 2 else 2)
+    lnc = logical_nc_config or chip.default_logical_nc_config
     used = chips_used or instances * box.chips
     cores = used * chip.physical_cores // lnc
     dp = dp or max(1, cores // (tp * pp))

@@ -63,6 +63,12 @@ class Chip:
     interconnect_bytes_per_s: float        # NeuronLink, chip to chip
     sources: tuple[str, ...] = ()          # the SOURCES keys its figures come from
 
+    @property
+    def default_logical_nc_config(self) -> int:
+        """Physical cores per logical core by default (``NEURON_LOGICAL_NC_CONFIG``): logical
+        NeuronCores begin with Trainium2; a trn1 core is one NeuronCore-v2."""
+        return 1 if self.neuron_core == 2 else 2
+
 
 def _frozen(**values: float) -> Mapping[str, float]:
     return MappingProxyType(values)

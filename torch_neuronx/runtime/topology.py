@@ -157,8 +157,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Topology:
     generation = settings.get("generation", "trn2").lower()
     if generation not in CHIPS:
         raise ValueError(f"{SIM_CONF}: generation:{generation}: expected one of {sorted(CHIPS)}")
-    # Logical NeuronCores begin with Trainium2: a trn1 core is one NeuronCore-v2.
-    config = _int(env, "NEURON_LOGICAL_NC_CONFIG", 1 if generation == "trn1" else 2)
+    config = _int(env, "NEURON_LOGICAL_NC_CONFIG", CHIPS[generation].default_logical_nc_config)
     if config not in (1, 2) or (generation == "trn1" and config != 1):
         raise ValueError(f"NEURON_LOGICAL_NC_CONFIG={config}: expected 1 or 2 (1 on trn1, whose NeuronCore-v2 "
                          "cores do not group into logical cores)")
