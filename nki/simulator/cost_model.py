@@ -136,3 +136,21 @@ def dma_seconds(config: HardwareConfig, nbytes: int) -> float:
 
 def _overhead(config: HardwareConfig) -> float:
     return config.compute_overhead_cycles / config.clock_hz
+
+
+def _engine_rate(config: HardwareConfig, engine: str, dtype: str) -> float:
+    if engine == TENSOR:
+        return tensor_rate(config, dtype)
+    if engine == DMA:
+        return config.dma_bytes_per_s
+    return {VECTOR: config.vector_elements_per_s, SCALAR: config.scalar_elements_per_s,
+            GPSIMD: config.gpsimd_elements_per_s}[engine]
+
+
+def retimed_seconds(engine: str, dtype: str, seconds: float, source: HardwareConfig, target: HardwareConfig) -> float:
+    """An instruction's estimate on ``target`` from its estimate on ``source``: every cost above is
+    the instruction's work (which no generation changes) over its engine's rate, plus the fixed
+    overhead. Raises ValueError for an MX matmul on a generation without MX."""
+    fixed = (lambda c: c.dma_overhead_s) if engine == DMA else _overhead  # noqa: E731
+    work = (seconds - fixed(source)) * _engine_rate(source, engine, dtype)
+    return work / _engine_rate(target, engine, dtype) + fixed(target)

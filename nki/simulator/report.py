@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .cost_model import ENGINES, TENSOR, HardwareConfig
@@ -73,15 +74,17 @@ class RunReport:
                 seconds * clock, location, program_id))
         return self._records
 
-    def schedule(self) -> list[tuple[float, InstructionRecord]]:
+    def schedule(self, seconds: Sequence[float] | None = None) -> list[tuple[float, InstructionRecord]]:
         """The ESTIMATED timeline behind :attr:`estimated_seconds`: each instruction with its start
         (seconds from the launch), every engine running its instructions back to back in issue
-        order and the engines concurrently."""
+        order and the engines concurrently. ``seconds``: the instructions' times to schedule
+        instead of their own (the same kernel re-timed for another generation)."""
         engine_free: dict[str, float] = {}
         timeline = []
-        for record in self.instructions:
+        records = self.instructions
+        for record, took in zip(records, seconds if seconds is not None else [r.seconds for r in records]):
             start = engine_free.get(record.engine, 0.0)
-            engine_free[record.engine] = start + record.seconds
+            engine_free[record.engine] = start + took
             timeline.append((start, record))
         return timeline
 

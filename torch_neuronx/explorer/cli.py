@@ -1,5 +1,6 @@
 """``neuron-explorer``: Neuron Explorer's command line over the simulator's profiles.
 
+    neuron-explorer view -d PROFILE_DIR [--port N]         # the web UI on 127.0.0.1
     neuron-explorer view -d PROFILE_DIR --output-format summary-text
     neuron-explorer view -d PROFILE_DIR --output-format summary-json
     neuron-explorer view -d PROFILE_DIR --output-format perfetto [--output-file DIR]
@@ -10,8 +11,9 @@ newest profile under it is used). As in Explorer: ``summary-text`` prints the Su
 ``name value`` lines in the schema's fixed order, ``summary-json`` the same fields as JSON (the
 data of ``Summary.parquet``), ``perfetto`` writes the trace Perfetto opens (the framework trace
 with the kernel-language instructions' ESTIMATED timeline added as device lanes), and
-``--show-profile-schema`` prints the schema of every table (SchemaFields). The web UI is not
-built yet: ``view`` without an output format says so.
+``--show-profile-schema`` prints the schema of every table (SchemaFields). Without an output
+format, ``view`` serves the web UI (:mod:`.server`) over every profile under ``PROFILE_DIR`` on a
+loopback port (``--port``, default any free one) and prints its address; Ctrl-C stops it.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--output-format", choices=FORMATS, help="print or write the profile instead of serving the UI")
     view.add_argument("--output-file", type=Path, help="perfetto: the directory to write into (default: the profile's)")
     view.add_argument("--show-profile-schema", action="store_true", help="print every table's fields and exit")
+    view.add_argument("--port", type=int, default=0, help="the UI's port on 127.0.0.1 (default: any free port)")
     return p
 
 
@@ -85,6 +88,23 @@ def perfetto(profile: Path, out_dir: Path) -> Path:
     return path
 
 
+def _serve(root: Path, port: int) -> int:
+    from .server import serve
+    try:
+        server = serve(root, port)
+    except OSError as e:
+        print(f"neuron-explorer view: cannot listen on 127.0.0.1:{port}: {e}", file=sys.stderr)
+        return 2
+    print(f"Neuron Explorer: http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.show_profile_schema:
@@ -99,9 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neuron-explorer view: {e}", file=sys.stderr)
         return 2
     if args.output_format is None:
-        print("neuron-explorer view: the web UI is not available yet in this release; use --output-format "
-              f"{' | '.join(FORMATS)}", file=sys.stderr)
-        return 2
+        return _serve(args.session_dir, args.port)
     if args.output_format == "perfetto":
         print(perfetto(profile, args.output_file or profile))
     elif args.output_format == "summary-json":

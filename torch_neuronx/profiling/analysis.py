@@ -29,7 +29,7 @@ from .. import _C
 from ..compile.cost import graph_cost
 from ..compile.executable import KERNEL_PREFIX as COMPILED_PREFIX
 from ..runtime import chips
-from . import cost_model, explorer_schema, gaps
+from . import chip_timeline, cost_model, explorer_schema, framework_tree, gaps
 from .gaps import COLLECTIVE_PREFIX, FALLBACK_PREFIX, RUNTIME_ACTIVITY
 
 try:
@@ -156,24 +156,13 @@ def _instruction_rows(nki_launches: list) -> tuple[list[dict], Counter]:
     return rows, per_engine
 
 
-def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The union of ``intervals`` as disjoint sorted intervals."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
 def _active_rows(instructions: list[dict]) -> list[dict]:
     """Explorer's ActiveTime: the merged intervals of each engine's instructions, per core."""
     by_engine: dict[tuple[str, int, int], list[tuple[int, int]]] = defaultdict(list)
     for r in instructions:
         by_engine[(r["engine"], r["core"], r["pcore_idx"])].append((r["start_ts"], r["end_ts"]))
     return [{"start_ts": s, "end_ts": e, "engine": engine, "pcore_idx": pcore, "duration_ns": e - s}
-            for (engine, _, pcore), spans in sorted(by_engine.items()) for s, e in _merged(spans)]
+            for (engine, _, pcore), spans in sorted(by_engine.items()) for s, e in framework_tree.merged(spans)]
 
 
 def _opcode_rows(instructions: list[dict]) -> list[dict]:
@@ -185,7 +174,7 @@ def _opcode_rows(instructions: list[dict]) -> list[dict]:
     span = (max(r["end_ts"] for r in instructions) - min(r["start_ts"] for r in instructions)) if instructions else 0
     rows = []
     for (engine, opcode), group in sorted(groups.items()):
-        active = sum(e - s for s, e in _merged([(r["start_ts"], r["end_ts"]) for r in group]))
+        active = sum(e - s for s, e in framework_tree.merged([(r["start_ts"], r["end_ts"]) for r in group]))
         rows.append({"engine": engine, "opcode": opcode, "instruction_count": len(group),
                      "instruction_time_ns": sum(r["duration_ns"] for r in group), "active_time_ns": active,
                      "active_time_percent": 100 * active / span if span else 0.0})
@@ -276,6 +265,11 @@ def _charge_or_explain(op: _Op, kind: str, estimate: Callable[[], cost_model.Est
         op.unestimated_reason = str(e)
 
 
+def _native_estimate(op: str, kernel: str, args: dict) -> Callable[[HardwareConfig], cost_model.Estimate | None]:
+    """The cost model's estimate of a native kernel (a copy, or its operator's call) on a core."""
+    return lambda hw: cost_model.estimate_copy(kernel, args, hw) or cost_model.estimate(op, args, hw)
+
+
 def _collective_row(k: Any, message: dict, estimate: cost_model.Estimate) -> dict:
     """One collective kernel: its message, measured time and bandwidths (nccl-tests' algorithm
     and bus bandwidth), and the cost model's estimate on the target's interconnect."""
@@ -307,10 +301,14 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     from ..runtime import current_topology
     topo = current_topology()
     collectives = []
+    row_of = {id(e): i for i, e in enumerate(gaps.in_order(events))}  # event -> its SystemProfileEvents id
+    costings: list[chip_timeline.KernelCosting] = []
     for k in device:
         parent = cpu.get(k.linked_correlation_id())
         name = parent.name() if parent is not None else k.name()
         op, kind = ops[name], _kind(k.name())
+        costing = chip_timeline.KernelCosting(row_of[id(k)], k.device_index(), k.name(), name, kind, k.duration_ns())
+        costings.append(costing)
         op.launches += 1
         if kind == "fallback":
             op.fallback_ns += k.duration_ns()
@@ -322,16 +320,21 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         if launch is not None:
             nki_launches.append((k, launch))
             _charge_simulated(op, launch)
+            costing.launch = launch
         graph = graph_cost(k.name()) if kind == "compiled" else None
         if graph is not None:  # each kernel is one execution of the graph
             _charge_or_explain(op, kind, lambda: cost_model.estimate_compiled(graph, hw))
+            costing.graph = graph
         args = kernel_args.get((k.device_index(), k.start_ns()))
         if kind == "collective" and args:
             message = json.loads(args)
             estimate = cost_model.estimate_collective(message, target, topo.logical_nc_config)
             _charge(op, kind, estimate)
             collectives.append(_collective_row(k, message, estimate))
+            costing.collective = message
         call = k.linked_correlation_id()
+        if args and kind == "native":
+            costing.native = _native_estimate(name, k.name(), json.loads(args))
         if parent is not None and args and kind in ("native", "fallback") and call not in described:
             described[call] = (name, k.name(), kind, json.loads(args))
         if parent is None or call in seen_calls:
@@ -340,8 +343,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         op.calls += 1
         op.source = op.source or _source(list(parent.stack()))
     for name, kernel, kind, args in described.values():
-        _charge_or_explain(ops[name], kind, lambda: cost_model.estimate_copy(kernel, args, hw)
-                           or cost_model.estimate(name, args, hw))
+        _charge_or_explain(ops[name], kind, lambda: _native_estimate(name, kernel, args)(hw))
     for op in ops.values():
         if op.execution == "fallback":  # its measured host time is its estimate, FLOPs or not
             op.estimated = True
@@ -381,6 +383,14 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     moved = sum(op.bytes for op in ops.values())
     steps = max(1, sum(e.name().startswith("ProfilerStep#") for e in cpu.values()))
     system_events = gaps.system_events(events)
+    frames = framework_tree.StackFrames()
+    contexts = framework_tree.op_contexts(prof)
+    for row in system_events:
+        context = contexts.get(row["correlation_id"])
+        if context is not None:
+            row["stack_frame_id"], row["module_path"] = frames.add(context.frames), context.module_path
+    first_kernel_ns = min((k.start_ns() for k in device), default=0)
+    estimated, unestimated_kernels = chip_timeline.rows(costings, topo.logical_nc_config, first_kernel_ns)
     flow = gaps.flows(system_events)
     idle = gaps.idle_by_cause(flow)
     percent = (lambda seconds: 100 * seconds / estimated_s if estimated_s else None)  # noqa: E731
@@ -416,7 +426,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "is_simulation": True, "chip_generation": topo.generation, "target_generation": target,
         "engine_clock_hz": hw.clock_hz, "cores": len(topo.visible_cores),
         "cores_per_chip": topo.cores_per_chip, "logical_nc_config": topo.logical_nc_config,
-        "profiled_cores": profiled_cores,
+        "profiled_cores": profiled_cores, "chip_timeline_unestimated": json.dumps(unestimated_kernels),
         "tensor_flops_bf16_per_core": hw.tensor_flops_bf16, "vector_flops_per_core": hw.vector_flops,
         "vector_elements_per_s_per_core": hw.vector_elements_per_s,
         "hbm_bytes_per_s_per_core": hw.dma_bytes_per_s,
@@ -429,7 +439,8 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     rows = {"FrameworkOp": framework, "Collective": collectives, "Instruction": instructions,
             "OpcodeSummary": opcode_rows,
             "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
-            "SystemProfileEvents": system_events, "Flow": flow,
+            "SystemProfileEvents": system_events, "Flow": flow, **frames.tables(),
+            "FrameworkNode": framework_tree.nodes(system_events), "EstimatedActivity": estimated,
             "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
             "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],
             "HostMemory": memory_rows(samples) if "host_memory" in modes else []}

@@ -143,7 +143,73 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Field("nc_idx", _I64, "The simulated logical NeuronCore of a device event.", origin=PROFILE),
               Field("correlation_id", _I64, "The framework operator's correlation id that links an operator, its "
                     "runtime calls and its kernels.", origin=PROFILE, extension=True),
+              Field("stack_frame_id", _I64, "The innermost user frame (StackFrame id) of the operator's Python call "
+                    "stack (profiles recorded with_stack=True).", origin=PROFILE, extension=True),
+              Field("module_path", _STR, "The nn.Module calls the operator ran in, outermost first.",
+                    origin=PROFILE, example="GPT_0/Block_1/Linear_0", extension=True),
           )),
+    Table("StackFrame", "Individual stack frames representing the call stack hierarchy for debugging and tracing "
+          "execution back to source code.", (
+              Field("id", _STR, "Unique identifier for this stack frame (one-based index converted to string).",
+                    required=True, origin=PROFILE),
+              Field("file_location_id", pa.int32(), "Reference to the file location ID in StackFrameFileLocation "
+                    "table.", required=True, origin=PROFILE),
+              Field("parent_frame_id", _STR, "Reference to the parent stack frame ID, or 0 if this is the root "
+                    "frame.", required=True, origin=PROFILE),
+          )),
+    Table("StackFrameFileLocation", "File location information combining file names, function names, and line "
+          "numbers for debugging and tracing execution back to source code.", (
+              Field("id", _STR, "Unique identifier for this file location (one-based index converted to string).",
+                    required=True, origin=PROFILE),
+              Field("file_name_id", pa.int32(), "Reference to the file name ID in StackFrameFileName table.",
+                    required=True, origin=PROFILE),
+              Field("function_name_id", pa.int32(), "Reference to the function name ID in StackFrameFunctionName "
+                    "table.", required=True, origin=PROFILE),
+              Field("line_number", pa.int32(), "Line number within the source file.", required=True, origin=PROFILE),
+          )),
+    Table("StackFrameFileName", "Source code file names referenced in the stack frames for debugging and tracing "
+          "execution back to source code.", (
+              Field("id", _STR, "Unique identifier for this file name (one-based index converted to string).",
+                    required=True, origin=PROFILE),
+              Field("name", _STR, "Source code file name or path.", required=True, origin=PROFILE,
+                    example="model.py"),
+          )),
+    Table("StackFrameFunctionName", "Function names referenced in the stack frames for debugging and tracing "
+          "execution back to source code.", (
+              Field("id", _STR, "Unique identifier for this function name (one-based index converted to string).",
+                    required=True, origin=PROFILE),
+              Field("name", _STR, "Function or method name.", required=True, origin=PROFILE),
+          )),
+    Table("FrameworkNode", "Framework hierarchy node information: the nn.Module calls operators ran in (a node per "
+          "module path).", (
+              Field("node_name", _STR, "Name of the current node in the hierarchy (here its whole module path, "
+                    "which is unique).", required=True, origin=PROFILE, example="GPT_0/Block_1"),
+              Field("children_names", _STR, "Comma separated array of child node names.", required=True,
+                    origin=PROFILE, example="[child1, child2]"),
+              Field("parent_name", _STR, "Name of the parent node in the hierarchy.", required=True, origin=PROFILE),
+              Field("children_ids", _STR, "Comma separated array of framework operator IDs associated with this "
+                    "node.", required=True, origin=PROFILE, example="[123, 456, 789]"),
+              Field("start_ts", _I64, "Earliest start time among all operations in this node.", NS, True, MEASURED),
+              Field("end_ts", _I64, "Latest end time among all operations in this node.", NS, True, MEASURED),
+              Field("time_intervals", _STR, "A list of timestamp intervals after merging all corresponding "
+                    "operation timestamps. Each interval is represented as [start, end].", required=True,
+                    origin=MEASURED, example="[[1000, 2000], [3000, 4000]]"),
+          )),
+    Table("EstimatedActivity", "The estimated chip timeline: each device kernel re-timed by the cost model for a "
+          "chip generation, on the engines that do its work (kernels back to back per core).", tuple(
+              Field(name, kind, description, unit, origin=origin, extension=True)
+              for name, kind, description, unit, origin in (
+                  ("generation", _STR, "The chip generation of this timeline (trn1, trn2, trn3).", "", PROFILE),
+                  ("core", _I64, "The simulated logical NeuronCore.", "", PROFILE),
+                  ("engine", _STR, "TensorE, VectorE, ScalarE, GpSimd, DMA, Collective or Host.", "", PROFILE),
+                  ("name", _STR, "Instruction opcode, fused kernel or operator.", "", PROFILE),
+                  ("start_ts", _I64, "Estimated start.", NS, ESTIMATED),
+                  ("end_ts", _I64, "Estimated end.", NS, ESTIMATED),
+                  ("duration_ns", _I64, "Estimated duration.", NS, ESTIMATED),
+                  ("event_id", _I64, "The device kernel's SystemProfileEvents id.", "", PROFILE),
+                  ("kernel_name", _STR, "The device kernel.", "", PROFILE),
+                  ("op_name", _STR, "The framework operator that launched it.", "", PROFILE),
+                  ("source_location", _STR, "Kernel-language source line of an instruction.", "", PROFILE)))),
     Table("Metadata", "Metadata associated with this profile, including the simulated system's configuration.", (
         Field("profile_schema_version", _STR, "The version of the data schema (MAJOR.MINOR.PATCH) these tables "
               "follow; SchemaFields lists its tables and fields.", required=True, origin=PROFILE, example="7.4.0"),
@@ -175,6 +241,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
             ("cores_per_chip", _I64, "Logical NeuronCores per chip."),
             ("logical_nc_config", _I64, "Physical cores per logical core (NEURON_LOGICAL_NC_CONFIG)."),
             ("profiled_cores", _STR, "The cores the profile captured (capture_enabled_for_nc)."),
+            ("chip_timeline_unestimated", _STR, "Per generation, the kernels EstimatedActivity could not re-time "
+             "(JSON)."),
             ("tensor_flops_bf16_per_core", _F64, "TensorE BF16 FLOP/s of one logical core of the target."),
             ("vector_flops_per_core", _F64, "VectorE FP32 FLOP/s of one logical core of the target."),
             ("vector_elements_per_s_per_core", _F64, "VectorE elements per second of one logical core."),

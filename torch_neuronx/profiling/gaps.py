@@ -48,11 +48,16 @@ def _thread(tid: int) -> int:
     return tid if tid < 1 << 63 else -1
 
 
+def in_order(events: list) -> list:
+    """A profile's events in time order: the order of their SystemProfileEvents rows."""
+    return sorted(events, key=lambda e: (e.start_ns(), e.end_ns()))
+
+
 def system_events(events: list) -> list[dict]:
     """Explorer's SystemProfileEvents rows of a profile's events, in time order (``id``: the row)."""
     host = socket.gethostname()
     rows = []
-    for e in sorted(events, key=lambda e: (e.start_ns(), e.end_ns())):
+    for e in in_order(events):
         device = e.device_type() != DeviceType.CPU
         rows.append({"id": len(rows), "name": e.name(), "start_ts": e.start_ns(), "end_ts": e.end_ns(),
                      "duration_ns": e.end_ns() - e.start_ns(), "trace_event_source": _source(e),

@@ -158,12 +158,18 @@ def compiled(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
              matmul_dtype: str | None = None) -> dict[str, Cost]:
     """Estimated cost per phase of ``ops`` as one compiled graph (``matmul_dtype``: the matrix
     operators' operands in that dtype, e.g. ``"float8_e4m3fn"``, instead of their recorded one)."""
-    regions = fuse(ops)
     phases: dict[str, Cost] = defaultdict(Cost)
-    for region, moved in zip(regions, _traffic(regions)):
-        moved = _narrow_matmul_reads(region, moved, matmul_dtype)
-        phases[region[0].phase] += kernel_cost(region, moved, hw, a, matmul_dtype)
+    for region, cost in kernels(ops, hw, a, matmul_dtype):
+        phases[region[0].phase] += cost
     return dict(phases)
+
+
+def kernels(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
+            matmul_dtype: str | None = None) -> list[tuple[list[Op], Cost]]:
+    """The fused kernels of ``ops`` compiled as one graph, in order, each with its cost."""
+    regions = fuse(ops)
+    return [(region, kernel_cost(region, _narrow_matmul_reads(region, moved, matmul_dtype), hw, a, matmul_dtype))
+            for region, moved in zip(regions, _traffic(regions))]
 
 
 def eager(ops: list[Op], hw: HardwareConfig, a: Assumptions = Assumptions(),
