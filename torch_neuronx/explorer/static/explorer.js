@@ -48,7 +48,7 @@ const colour = (name) => { let h = 0; for (const c of name) h = (h * 31 + c.char
 class Timeline {
   constructor(root, view) {
     this.root = root; this.view = view; this.canvas = root.querySelector("canvas");
-    this.ctx = this.canvas.getContext("2d"); this.rows = []; this.data = []; this.request = 0;
+    this.ctx = this.canvas.getContext("2d"); this.rows = []; this.data = []; this.hits = []; this.request = 0;
     this.scrollY = 0;
     // Perfetto's conventions: wheel scrolls the rows, Ctrl+wheel zooms, Shift+wheel pans, WASD.
     this.canvas.addEventListener("wheel", (e) => {
@@ -167,7 +167,7 @@ async function select(id, view = "system") {
     <h4>Successors</h4><ul id="detail-succ">${deps(info.successors)}</ul>
     <h4>Same operator call</h4><ul>${info.correlated.map((c) => `<li>${eventLink(c)} <span class="muted">${esc(c.source)} ${fmtNs(c.duration_ns)}</span></li>`).join("")}</ul>`;
   $("#detail").innerHTML = html; $("#detail").dataset.event = String(e.id);
-  $("#deps-selected").innerHTML = html;
+  $("#deps-selected").innerHTML = html.replace(/ id="[^"]*"/g, "");  // a copy: ids stay unique
 }
 
 document.addEventListener("click", (ev) => {
@@ -215,7 +215,7 @@ async function lineEvents(src, line) {
 // ---- hierarchy --------------------------------------------------------------------------------
 async function loadHierarchy() {
   const root = await api("hierarchy", state.generation ? { generation: state.generation } : {});
-  state.hierarchy = root; state.hierarchySort = state.hierarchySort || "device_ns"; state.open = state.open || new Set(["profile"]);
+  state.hierarchy = root; state.hierarchySort = state.hierarchySort || "device_ns"; state.open = state.open || new Set(["/profile"]);
   renderHierarchy();
 }
 function renderHierarchy() {
