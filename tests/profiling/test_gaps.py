@@ -58,3 +58,38 @@ def test_each_gap_says_what_the_core_waited_for(tmp_path):
     assert idle[gaps.HOST_SYNC] >= 4e6 and idle[gaps.HOST_LAUNCH] >= 2.5e6
     assert sum(idle.values()) == sum(e["gap_time"] for e in edges if e["dependency_type"] == "stream order")
     assert all(r["end_ts"] - r["start_ts"] == r["duration_ns"] for r in rows)
+
+
+def test_data_edges_link_a_kernel_to_the_last_writer_of_what_it_reads(tmp_path):
+    from torch_neuronx import _C
+    x = torch.randn(64, 64, device="neuron")
+
+    def step():
+        a = x.add(1)
+        x.mul(3)            # reads x only: no edge from add
+        a.mul_(2)           # reads and rewrites a: from add
+        a.sub(5)            # reads a: from the in-place mul, its last writer
+    # A signature's first call describes its host results, not the device outputs they are copied
+    # into (docs/profiling.md): the profiled calls are planned launches, as in a training loop.
+    step()
+    torch.neuron.synchronize()
+    nc = NeuronConfig(profile_output_dir=tmp_path)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc) as prof:
+        step()
+        torch.neuron.synchronize()
+    events = prof.profiler.kineto_results.events()
+    rows = gaps.system_events(events)
+    row_of = {id(e): i for i, e in enumerate(gaps.in_order(events))}
+    import json
+    described = {row_of[id(e)]: json.loads(a) for e in events
+                 if (a := _C._profiler_kernel_args().get((e.device_index(), e.start_ns()))) is not None
+                 and e.device_type() != torch.autograd.DeviceType.CPU}
+    edges = [e for e in gaps.flows(rows, described) if e["dependency_type"] == "data"]
+    kernel = {r["name"]: r["id"] for r in rows if r["trace_event_source"] == "neuron_hw"}
+    pairs = {(rows[e["in_id"]]["name"], rows[e["out_id"]]["name"]) for e in edges}
+    assert ("aten::add.Tensor", "aten::mul_.Tensor") in pairs
+    assert ("aten::mul_.Tensor", "aten::sub.Tensor") in pairs
+    assert not any(p[1] == "aten::mul.Tensor" for p in pairs)  # x was written before the profile
+    assert ("aten::add.Tensor", "aten::sub.Tensor") not in pairs  # the in-place mul wrote a since
+    assert all(e["gap_time"] == max(0, rows[e["out_id"]]["start_ts"] - rows[e["in_id"]]["end_ts"]) for e in edges)
+    assert set(kernel) >= {"aten::add.Tensor", "aten::mul.Tensor", "aten::mul_.Tensor", "aten::sub.Tensor"}

@@ -2,7 +2,8 @@
 
 The graph: the host runs a chain of calls (the operators that launched kernels, the host syncs,
 the CPU fallbacks), separated by the measured Python time between them; each kernel is ready
-when its launching call reaches the point it launched it, and starts when its core is free; a
+when its launching call reaches the point it launched it, and starts when its core is free and
+the kernels that wrote the tensors it reads (Flow's ``data`` edges, any core) have finished; a
 host sync ends when every kernel launched before it has finished (plus its own measured tail).
 Replaying the graph with the measured durations gives the step as measured (the queue's own
 hand-off is the only thing left out); replaying it with changed durations answers a what-if:
@@ -116,6 +117,10 @@ def replay(data: ProfileData, what: WhatIf | None = None) -> dict:
     durations = _durations(data, what)
     kernels = sorted((n for n in durations if not ev["name"][n].startswith(FALLBACK_PREFIX)),
                      key=lambda n: ev["start_ts"][n])
+    producers: dict[int, list[int]] = defaultdict(list)  # kernel row -> the rows it reads from
+    for f in data.flows:
+        if f["dependency_type"] == "data":
+            producers[data._by_id[f["out_id"]]].append(data._by_id[f["in_id"]])
     by_launch: dict[int, list[int]] = defaultdict(list)
     for k in kernels:
         if k in kernel_launch:
@@ -144,12 +149,12 @@ def replay(data: ProfileData, what: WhatIf | None = None) -> dict:
         for k in by_launch.get(i, []):
             kn = ("kernel", k)
             offset = max(0, min(ev["start_ts"][k], h.end) - h.start)
-            ready = start[node] + min(offset, own)
-            prev = core_last.get(ev["nc_idx"][k])
-            if prev is not None and end[prev] > ready:
-                start[kn], binding[kn] = end[prev], prev
-            else:
-                start[kn], binding[kn] = ready, node
+            start[kn], binding[kn] = start[node] + min(offset, own), node
+            # It waits for its core and for the kernels that wrote what it reads (any core).
+            waits = [core_last.get(ev["nc_idx"][k])] + [("kernel", p) for p in producers.get(k, ())]
+            for before in waits:
+                if before is not None and before in end and end[before] > start[kn]:
+                    start[kn], binding[kn] = end[before], before
             end[kn] = start[kn] + durations[k]
             core_last[ev["nc_idx"][k]] = kn
             latest = kn if latest is None or end[kn] > end[latest] else latest

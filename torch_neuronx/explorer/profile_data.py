@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..profiling.gaps import FALLBACK_PREFIX, SYNCS
+from ..profiling.gaps import COLLECTIVE_PREFIX, FALLBACK_PREFIX, SYNCS
 
 SYSTEM, CHIP = "system", "chip"
 
@@ -256,6 +256,34 @@ class ProfileData:
         n = pick[0]
         return {**self._brief(ev["id"][n]), "stack": self.stack(ev["stack_frame_id"][n])}
 
+    # -- collectives across ranks ----------------------------------------------------------------
+    def _collective_rows(self) -> list[int]:
+        ev = self.events
+        rows = [n for n, (src, name) in enumerate(zip(ev["trace_event_source"], ev["name"]))
+                if src == "neuron_hw" and name.startswith(COLLECTIVE_PREFIX)]
+        return sorted(rows, key=lambda n: ev["start_ts"][n])
+
+    def collectives(self, peers: list[ProfileData]) -> list[dict]:
+        """Each collective of this rank with the arrival (kernel start) of the same collective on
+        every peer rank (the k-th collective kernel of each, matched by name): the slowest rank,
+        the one that arrived last, and how long this rank waited for it."""
+        mine = self.meta.get("rank")
+        theirs = [(p.meta.get("rank"), p, p._collective_rows()) for p in peers]
+        out = []
+        for k, n in enumerate(self._collective_rows()):
+            name = self.events["name"][n]
+            arrivals = {mine: self.events["start_ts"][n]}
+            for rank, peer, rows in theirs:
+                if k < len(rows) and _collective(peer.events["name"][rows[k]]) == _collective(name):
+                    arrivals[rank] = peer.events["start_ts"][rows[k]]
+            slowest = max(arrivals, key=arrivals.get)
+            first = min(arrivals.values())
+            out.append({"index": k, "name": name, "event_id": self.events["id"][n], "rank": mine,
+                        "duration_ns": self.events["duration_ns"][n], "slowest_rank": slowest,
+                        "waited_ns": arrivals[slowest] - arrivals[mine],
+                        "arrivals_ns": {str(r): t - first for r, t in sorted(arrivals.items(), key=str)}})
+        return out
+
     # -- source --------------------------------------------------------------------------------
     def _line_events(self) -> dict[tuple[str, int], list[int]]:
         """(file, line) -> the events whose stack passes through it."""
@@ -349,11 +377,14 @@ class ProfileData:
 
     # -- summary -------------------------------------------------------------------------------
     def overview(self) -> dict[str, Any]:
-        from .recommendations import recommendations
         return {"profile": str(self.path), "metadata": self.meta, "summary": self.summary,
                 "top_operators": self.ops[:15], "fallbacks": [o for o in self.ops if o["is_fallback"]],
-                "generations": self.generations, "recommendations": recommendations(self),
-                "timeline": {"start": self.system.start, "end": self.system.end}}
+                "generations": self.generations, "timeline": {"start": self.system.start, "end": self.system.end}}
+
+
+def _collective(kernel: str) -> str:
+    """A collective kernel's name without its rank ("c10d::all_reduce (rank 0 of 2)")."""
+    return kernel.split(" (rank ", 1)[0]
 
 
 def _node(label: str, level: str) -> dict:

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlparse
 from ..profiling.report import find_profile
 from . import compare, critical_path
 from .profile_data import CHIP, ProfileData
+from .recommendations import recommendations
 
 STATIC = Path(__file__).with_name("static")
 
@@ -42,6 +43,22 @@ class Profiles:
                 self._loaded[key] = ProfileData(self.paths[key])
             return self._loaded[key]
 
+    def peers(self, key: str | None) -> list[ProfileData]:
+        """The other ranks' profiles of the same run: the same world size, another rank, and an
+        overlapping time range."""
+        me = self.get(key)
+        if me.meta.get("world_size") is None:
+            return []
+        out = []
+        for other in self.paths:
+            data = self.get(other)
+            m = data.meta
+            if (m.get("world_size") == me.meta["world_size"] and m.get("rank") != me.meta.get("rank")
+                    and m["first_hw_timestamp"] <= me.meta["last_hw_timestamp"]
+                    and me.meta["first_hw_timestamp"] <= m["last_hw_timestamp"]):
+                out.append(data)
+        return out
+
     def listing(self) -> list[dict]:
         return [{"key": k, "path": str(p), "default": k == self.default} for k, p in self.paths.items()]
 
@@ -60,7 +77,7 @@ def _api(profiles: Profiles, route: str, query: dict[str, list[str]]) -> Any:
     if route == "profiles":
         return profiles.listing()
     if route == "overview":
-        return data.overview()
+        return {**data.overview(), "recommendations": recommendations(data)}
     if route == "lanes":
         tl = data.timeline(one("view") or "system", one("generation"))
         return {"rows": tl.labels(), "start": tl.start, "end": tl.end}
@@ -74,6 +91,8 @@ def _api(profiles: Profiles, route: str, query: dict[str, list[str]]) -> Any:
         return data.details(_int(query, "id"))
     if route == "gaps":
         return data.gaps()
+    if route == "collectives":
+        return data.collectives(profiles.peers(one("profile")))
     if route == "sources":
         return data.sources()
     if route == "source":

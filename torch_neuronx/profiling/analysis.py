@@ -265,6 +265,15 @@ def _charge_or_explain(op: _Op, kind: str, estimate: Callable[[], cost_model.Est
         op.unestimated_reason = str(e)
 
 
+def _rank() -> dict[str, int | None]:
+    """The process's rank and world size in torch.distributed's default group (None outside one):
+    the Explorer joins the profiles of one run's ranks by them."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size()}
+    return {"rank": None, "world_size": None}
+
+
 def _native_estimate(op: str, kernel: str, args: dict) -> Callable[[HardwareConfig], cost_model.Estimate | None]:
     """The cost model's estimate of a native kernel (a copy, or its operator's call) on a core."""
     return lambda hw: cost_model.estimate_copy(kernel, args, hw) or cost_model.estimate(op, args, hw)
@@ -391,7 +400,9 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             row["stack_frame_id"], row["module_path"] = frames.add(context.frames), context.module_path
     first_kernel_ns = min((k.start_ns() for k in device), default=0)
     estimated, unestimated_kernels = chip_timeline.rows(costings, topo.logical_nc_config, first_kernel_ns)
-    flow = gaps.flows(system_events)
+    described_rows = {row_of[id(k)]: json.loads(a) for k in device
+                      if (a := kernel_args.get((k.device_index(), k.start_ns()))) is not None}
+    flow = gaps.flows(system_events, described_rows)
     idle = gaps.idle_by_cause(flow)
     percent = (lambda seconds: 100 * seconds / estimated_s if estimated_s else None)  # noqa: E731
     summary = {
@@ -427,6 +438,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "engine_clock_hz": hw.clock_hz, "cores": len(topo.visible_cores),
         "cores_per_chip": topo.cores_per_chip, "logical_nc_config": topo.logical_nc_config,
         "profiled_cores": profiled_cores, "chip_timeline_unestimated": json.dumps(unestimated_kernels),
+        **_rank(),
         "tensor_flops_bf16_per_core": hw.tensor_flops_bf16, "vector_flops_per_core": hw.vector_flops,
         "vector_elements_per_s_per_core": hw.vector_elements_per_s,
         "hbm_bytes_per_s_per_core": hw.dma_bytes_per_s,

@@ -241,6 +241,8 @@ TABLES: dict[str, Table] = {t.name: t for t in (
             ("cores_per_chip", _I64, "Logical NeuronCores per chip."),
             ("logical_nc_config", _I64, "Physical cores per logical core (NEURON_LOGICAL_NC_CONFIG)."),
             ("profiled_cores", _STR, "The cores the profile captured (capture_enabled_for_nc)."),
+            ("rank", _I64, "The process's rank in torch.distributed's default group (null outside one)."),
+            ("world_size", _I64, "The default group's size (null outside one)."),
             ("chip_timeline_unestimated", _STR, "Per generation, the kernels EstimatedActivity could not re-time "
              "(JSON)."),
             ("tensor_flops_bf16_per_core", _F64, "TensorE BF16 FLOP/s of one logical core of the target."),

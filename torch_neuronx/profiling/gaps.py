@@ -3,6 +3,7 @@
 A profile's events become Explorer's ``SystemProfileEvents`` rows (framework operators, runtime
 calls, device kernels and copies) and ``Flow`` edges between them:
 
+- ``data``: the kernel that last wrote a tensor's storage to a kernel that reads it (any core);
 - ``launch``: a runtime launch call to the device kernel or copy it enqueued (``gap_time``: from
   the call's end to the kernel's start: the queue's hand-off);
 - ``stream order``: a core's kernel to its next one (``gap_time``: the core's idle time between
@@ -88,8 +89,34 @@ def _waited_for(previous: dict, kernel: dict, launch: dict | None, host: list[di
     return HOST_LAUNCH
 
 
-def flows(rows: list[dict]) -> list[dict]:
-    """The launch and stream-order edges between ``rows`` (:func:`system_events`)."""
+def _storages(values: Any) -> list[int]:
+    """The storage addresses of the tensors among described arguments (tensor lists flattened)."""
+    if isinstance(values, dict):
+        return [values["storage"]] if "storage" in values else []
+    if isinstance(values, list):
+        return [s for v in values for s in _storages(v)]
+    return []
+
+
+def data_edges(rows: list[dict], args: dict[int, dict]) -> list[dict]:
+    """``data`` edges: each kernel from the kernel that last wrote a storage it reads (a RAW
+    dependency through a tensor, on any core), by the kernels' described arguments (``args``: row
+    id -> the kernel's inputs and outputs)."""
+    writer: dict[int, dict] = {}
+    edges = []
+    for r in rows:  # in time order
+        call = args.get(r["id"])
+        if r["trace_event_source"] != "neuron_hw" or call is None:
+            continue
+        producers = {writer[s]["id"]: writer[s] for s in _storages(call.get("inputs")) if s in writer}
+        edges += [_edge(p, r, "data", None) for p in producers.values() if p["id"] != r["id"]]
+        for s in _storages(call.get("outputs")):
+            writer[s] = r
+    return edges
+
+
+def flows(rows: list[dict], args: dict[int, dict] | None = None) -> list[dict]:
+    """The launch, stream-order and data edges between ``rows`` (:func:`system_events`)."""
     launches = {r["correlation_id"]: r for r in rows
                 if r["trace_event_source"] == "neuron_rt" and r["name"].startswith("neuronLaunch")}
     host = [r for r in rows if r["trace_event_source"] != "neuron_hw"]
@@ -107,7 +134,7 @@ def flows(rows: list[dict]) -> list[dict]:
         for previous, kernel in zip(kernels, kernels[1:]):
             cause = _waited_for(previous, kernel, launches.get(kernel["correlation_id"]), host, fallbacks)
             edges.append(_edge(previous, kernel, "stream order", cause))
-    return edges
+    return edges + data_edges(rows, args or {})
 
 
 def _edge(before: dict, after: dict, kind: str, waited_for: str | None) -> dict:

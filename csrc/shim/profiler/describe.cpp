@@ -16,7 +16,11 @@ void describe_tensor(const at::Tensor& t, std::string& out) {
   out += "{\"shape\": [";
   for (size_t i = 0; i < t.sizes().size(); ++i) (out += i ? ", " : "") += std::to_string(t.sizes()[i]);
   ((out += "], \"dtype\": \"") += c10::toString(t.scalar_type())) += "\", \"bytes\": ";
-  (out += std::to_string(t.numel() * t.itemsize())) += "}";
+  out += std::to_string(t.numel() * t.itemsize());
+  // The storage's address: the Explorer links a kernel to the one that last wrote what it reads.
+  if (t.has_storage())
+    out += ", \"storage\": " + std::to_string(reinterpret_cast<uintptr_t>(t.storage().data_ptr().get()));
+  out += "}";
 }
 
 void describe_list(c10::ArrayRef<c10::IValue> values, std::string& out) {

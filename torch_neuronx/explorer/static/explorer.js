@@ -37,7 +37,7 @@ function showTab(name) {
   document.querySelectorAll("nav button").forEach((b) => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach((t) => t.classList.toggle("active", t.id === name));
   const loaders = { trace: () => timeline("trace"), chip: () => timeline("chip"), source: loadSources,
-    hierarchy: loadHierarchy, deps: loadGaps, critical: loadCritical, compare: setupCompare };
+    hierarchy: loadHierarchy, deps: () => { loadGaps(); loadCollectives(); }, critical: loadCritical, compare: setupCompare };
   if (loaders[name]) loaders[name]();
 }
 
@@ -246,6 +246,14 @@ async function loadGaps() {
   table($("#gaps-table"), ["core", "at", "idle", "waited for", "kernel before", "kernel after", "culprit", "culprit source"],
     gaps.sort((a, b) => b.gap_ns - a.gap_ns).slice(0, 500).map((g) => [g.core, fmtNs(g.start_ts - origin), fmtNs(g.gap_ns), esc(g.waited_for),
       eventLink(g.before), eventLink(g.after), g.culprit ? eventLink(g.culprit) : "", g.culprit && g.culprit.stack.length ? sourceLink(g.culprit.stack[0]) : ""]), [2]);
+}
+
+async function loadCollectives() {
+  const rows = await api("collectives");
+  table($("#collectives-table"), ["#", "collective", "this rank", "slowest rank", "waited for it", "arrivals (from the first)"],
+    rows.map((c) => [c.index, `<a class="event-link" data-id="${c.event_id}">${esc(c.name)}</a>`, c.rank ?? "-", c.slowest_rank ?? "-",
+      fmtNs(c.waited_ns), Object.entries(c.arrivals_ns).map(([r, t]) => `rank ${esc(r)}: ${fmtNs(t)}`).join(" · ")]), [4]);
+  if (!rows.length) $("#collectives-table").innerHTML = '<tr><td class="muted">no collectives in this profile</td></tr>';
 }
 
 // ---- critical path ----------------------------------------------------------------------------
