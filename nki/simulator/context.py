@@ -39,6 +39,17 @@ class RunContext:
         self.loop_reductions: dict[str, Any] = {}  # kernel line -> running nl.loop_reduce result
         self.scalar_registers: list[int | None] = []  # nisa.VirtualRegister slot -> value (None: unset)
         self._shared_hbm_next = 0
+        # Data dependencies between instructions (RunReport.dependent_schedule): the buffers the
+        # instruction being issued reads and writes, and each buffer's last writer (report index).
+        self._reads: set[int] = set()
+        self._writes: set[int] = set()
+        self._writer: dict[int, int] = {}
+
+    def touch(self, tile: Any, write: bool = False) -> None:
+        """The instruction being issued reads (or writes) ``tile``'s buffer (its root tile)."""
+        while getattr(tile, "_base", None) is not None:
+            tile = tile._base
+        (self._writes if write else self._reads).add(id(tile))
 
     def shared_hbm(self, make: Any) -> Any:
         """shared_hbm tensors are shared by all programs of the launch: the n-th allocation of every
@@ -91,7 +102,20 @@ class RunContext:
 
     def record(self, engine: str, opcode: str, shape: tuple[int, ...], dtype: np.dtype,
                seconds: float, flops: int = 0, dma_bytes: int = 0) -> None:
-        self.report.add(engine, opcode, shape, dtype, flops, dma_bytes, seconds, source_location(), self.program_id)
+        after = tuple(sorted({self._writer[b] for b in self._reads if b in self._writer}))
+        index = self.report.add(engine, opcode, shape, dtype, flops, dma_bytes, seconds, source_location(),
+                                self.program_id, after)
+        for buffer in self._writes:
+            self._writer[buffer] = index
+        self._reads.clear()
+        self._writes.clear()
+
+
+def touch(tile: Any, write: bool = False) -> None:
+    """:meth:`RunContext.touch` of the run in progress (nothing outside a kernel run)."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is not None:
+        ctx.touch(tile, write)
 
 
 def current() -> RunContext:

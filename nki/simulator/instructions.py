@@ -22,9 +22,11 @@ def _free(shape: tuple[int, ...]) -> int:
 
 
 def _on_chip(x: Tile, what: str) -> Tile:
+    """An instruction's on-chip operand (noted as read: RunReport.dependent_schedule)."""
     if x.is_hbm:
         raise NKIError("hbm-operand", f"{what} reads on-chip tiles; HBM tensor '{x.name}' must be "
                        f"loaded first (nl.load)")
+    current().touch(x)
     return x
 
 
@@ -84,6 +86,7 @@ def new_tile(values: np.ndarray, dtype: np.dtype, buffer: str = "sbuf", name: st
     rules.check_partition(values.shape, buffer, ctx.config)
     tile = Tile(_round(values, dtype, ctx.fp32_compute), dtype, buffer, name)
     ctx.allocate(tile, buffer, _free(values.shape) * dtype.itemsize)
+    ctx.touch(tile, write=True)
     return tile
 
 
@@ -451,6 +454,8 @@ def matmul(stationary: Tile, moving: Tile, dst: Any = None, accumulate: bool | N
         if not isinstance(t, Tile):
             raise NKIError("operand", f"matmul operands must be tiles, got {type(t).__name__}")
     rules.check_matmul(stationary, moving, ctx.config)
+    ctx.touch(stationary)
+    ctx.touch(moving)
     k, m = stationary.shape
     n = moving.shape[1]
     out = stationary.data.astype(np.float32, copy=False).T @ moving.data.astype(np.float32, copy=False)
@@ -490,6 +495,7 @@ def transpose(data: Tile, dtype: Any = None, dst: Any = None) -> Tile:
         raise NKIError("transpose-free", f"transpose input free size {f} > {ctx.config.partitions}: "
                        f"it becomes the partition dimension of the result")
     out_dtype = data.dtype if dtype is None else as_dtype(dtype)
+    ctx.touch(data)
     tile = emit(np.ascontiguousarray(data.data.T), out_dtype, dst, "nc_transpose", "psum")
     ctx.record(cm.TENSOR, "transpose", (p, f), data.dtype,
                cm.matmul_seconds(ctx.config, p, data.dtype))

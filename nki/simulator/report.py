@@ -22,6 +22,7 @@ class InstructionRecord:
     cycles: float
     location: str
     program_id: tuple[int, ...]
+    depends_on: tuple[int, ...] = ()  # the instructions (indexes) that wrote what it reads
 
 
 @dataclass
@@ -52,9 +53,10 @@ class RunReport:
     _records: list[InstructionRecord] = field(default_factory=list, repr=False)
 
     def add(self, engine: str, opcode: str, shape: tuple[int, ...], dtype: object, flops: int, dma_bytes: int,
-            seconds: float, location: str, program_id: tuple[int, ...]) -> None:
-        """Account one issued instruction."""
-        self._issued.append((engine, opcode, shape, dtype, flops, dma_bytes, seconds, location, program_id))
+            seconds: float, location: str, program_id: tuple[int, ...], depends_on: tuple[int, ...] = ()) -> int:
+        """Account one issued instruction; returns its index."""
+        self._issued.append((engine, opcode, shape, dtype, flops, dma_bytes, seconds, location, program_id,
+                             depends_on))
         self.engine_instructions[engine] += 1
         self.opcode_counts[engine + "." + opcode] += 1
         self.engine_busy_seconds[engine] += seconds
@@ -62,16 +64,17 @@ class RunReport:
         if engine == TENSOR:
             self.tensor_flops += flops
         self.dma_bytes += dma_bytes
+        return len(self._issued) - 1
 
     @property
     def instructions(self) -> list[InstructionRecord]:
         """The issued instructions, in issue order."""
         clock = self.config.clock_hz
-        for engine, opcode, shape, dtype, flops, dma_bytes, seconds, location, program_id in \
+        for engine, opcode, shape, dtype, flops, dma_bytes, seconds, location, program_id, after in \
                 self._issued[len(self._records):]:
             self._records.append(InstructionRecord(
                 engine, opcode, tuple(int(s) for s in shape), str(dtype), int(flops), int(dma_bytes), seconds,
-                seconds * clock, location, program_id))
+                seconds * clock, location, program_id, after))
         return self._records
 
     def schedule(self, seconds: Sequence[float] | None = None) -> list[tuple[float, InstructionRecord]]:
@@ -87,6 +90,28 @@ class RunReport:
             engine_free[record.engine] = start + took
             timeline.append((start, record))
         return timeline
+
+    def dependent_schedule(self, seconds: Sequence[float] | None = None) -> list[tuple[float, int | None]]:
+        """The timeline with data dependencies: each instruction starts when its engine is free and
+        the instructions that wrote what it reads have finished (engines in issue order). Per
+        instruction, its start (seconds from the launch) and the instruction it waited for (the
+        producer that ended after its engine was free), or None when its engine was the bound.
+        Longer than :attr:`estimated_seconds`, the perfect-overlap bound, wherever a kernel's
+        engines wait for one another."""
+        records = self.instructions
+        took = seconds if seconds is not None else [r.seconds for r in records]
+        engine_free: dict[str, float] = {}
+        ends: list[float] = []
+        out: list[tuple[float, int | None]] = []
+        for record, duration in zip(records, took):
+            start, waited = engine_free.get(record.engine, 0.0), None
+            for d in record.depends_on:
+                if ends[d] > start:
+                    start, waited = ends[d], d
+            engine_free[record.engine] = start + duration
+            ends.append(start + duration)
+            out.append((start, waited))
+        return out
 
     @property
     def instruction_count(self) -> int:

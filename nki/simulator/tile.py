@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import NKIError
 from . import index_expr as _ix, rules
+from .context import touch as _touch
 from .views import TensorViews
 
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
@@ -276,6 +277,7 @@ class Tile(NKIObject, TensorViews):
             raise NKIError("broadcast-write", f"{self!r} is a broadcast view (stride 0) and cannot be written: "
                            f"write the tensor it broadcasts")
         self.data[key] = values
+        _touch(self, write=True)
         self._writeback()
 
     def _writeback(self) -> None:
@@ -417,6 +419,7 @@ class AccessPattern:
 
     def read(self, mask: Any = None) -> np.ndarray:
         index = self.resolve(mask)
+        _touch(self.tensor)
         values = self.tensor.data[index.key]
         if index.mask is not None:
             values = np.where(index.mask, values, np.zeros((), values.dtype))
@@ -424,6 +427,7 @@ class AccessPattern:
 
     def write(self, values: np.ndarray, mask: Any = None) -> None:
         rules.check_writable(self.tensor)
+        _touch(self.tensor, write=True)
         if not self.tensor.data.flags.writeable:
             raise NKIError("broadcast-write", f"{self._owner()} is a broadcast view (stride 0) and cannot be "
                            f"written: write the tensor it broadcasts")

@@ -134,3 +134,17 @@ def test_bad_requests_get_an_error_and_the_server_keeps_serving(explorer_url):
     assert code == 200 and body["summary"]["kernels"] > 0
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(explorer_url + "/../../etc/passwd", timeout=30)
+
+
+def test_kernel_waits_name_the_producing_instruction(data):
+    waits = data.kernel_waits("trn2")
+    [multiply] = [w for w in waits if w["kernel"] == "nki:scale_kernel" and w["engine"] == "VectorE"]
+    assert multiply["waited_for"].startswith("DMA load at ") and multiply["waited_for"].endswith(":27")
+    rows = [r for r in data.estimated if r["generation"] == "trn2" and r["kernel_name"] == "nki:scale_kernel"]
+    loads = [r for r in rows if r["name"] == "load"]
+    muls = [r for r in rows if r["engine"] == "VectorE"]
+    assert multiply["waits"] == len(muls) == len(loads) == 3  # one launch per step
+    # Each multiply starts when its load ends: the wait is the load's duration (VectorE was free).
+    assert multiply["wait_ns"] == sum(m["wait_ns"] for m in muls)
+    for load, mul in zip(loads, muls):
+        assert mul["start_ts"] == load["end_ts"]

@@ -110,6 +110,10 @@ def test_dependency_view_attributes_every_idle_gap(page):
     page.wait_for_selector("#gap-totals .card[data-cause='host sync']")
     rows = page.inner_text("#gaps-table")
     assert "aten::item" in rows and "cpu fallback: aten::std" in rows
+    # Inside the kernel-language kernel: its VectorE multiply waited for the DMA load of its tile.
+    page.wait_for_selector("#kernel-waits-table tbody tr")
+    waits = page.inner_text("#kernel-waits-table")
+    assert "nki:scale_kernel" in waits and "DMA load at" in waits
     page.screenshot(path=page.shots / "explorer-dependencies.png")
 
 

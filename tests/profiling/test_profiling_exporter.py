@@ -159,14 +159,21 @@ def test_kernel_language_instructions_come_from_the_simulator_per_launch(tmp_pat
     shapes = {r["launch"]: r["operands"] for r in instructions if r["opcode"] == "load"}
     assert set(shapes) == {0, 1} and "64" in shapes[0] and "128" in shapes[1]
     # Explorer's timeline: each launch's instructions inside its measured device interval, every
-    # engine's instructions back to back (estimated), durations consistent.
+    # engine's instructions in issue order, each starting when its engine is free or, later, when
+    # the instruction it waited for (the producer of what it reads) ends; durations consistent.
     assert all(r["end_ts"] - r["start_ts"] == r["duration_ns"] >= 0 for r in instructions)
+    by_id = {r["id"]: r for r in instructions}
+    assert any(r["waited_for"] is not None for r in instructions)  # the cos waits for its load
     for launch in (0, 1):
         rows = [r for r in instructions if r["launch"] == launch]
         for engine in {r["engine"] for r in rows}:
             lane = [r for r in rows if r["engine"] == engine]
             assert [r["pc"] for r in lane] == list(range(len(lane)))
-            assert all(a["end_ts"] == b["start_ts"] for a, b in zip(lane, lane[1:]))
+            for before, r in zip([None, *lane], lane):
+                free = before["end_ts"] if before else min(x["start_ts"] for x in rows)
+                producer = by_id[r["waited_for"]]["end_ts"] if r["waited_for"] is not None else None
+                assert r["start_ts"] == (producer if producer is not None else free)
+                assert producer is None or producer > free
     op = next(r for r in tables["FrameworkOp"].to_pylist() if r["op_name"] == "profiling_test::nki_cos")
     assert op["execution"] == "kernel-language" and op["estimated_chip_time_us"] > 0
     per_launch = len(instructions) // 2

@@ -118,7 +118,7 @@ def replay(data: ProfileData, what: WhatIf | None = None) -> dict:
     kernels = sorted((n for n in durations if not ev["name"][n].startswith(FALLBACK_PREFIX)),
                      key=lambda n: ev["start_ts"][n])
     producers: dict[int, list[int]] = defaultdict(list)  # kernel row -> the rows it reads from
-    for f in data.flows:
+    for f in data.flows:  # SystemProfileEvents edges only (ProfileData keeps Instruction edges apart)
         if f["dependency_type"] == "data":
             producers[data._by_id[f["out_id"]]].append(data._by_id[f["in_id"]])
     by_launch: dict[int, list[int]] = defaultdict(list)

@@ -111,7 +111,9 @@ class ProfileData:
         self.summary = (_read(profile, "Summary") or [{}])[0]
         self.ops = _read(profile, "FrameworkOp")
         self.events = pq.read_table(profile / "SystemProfileEvents.parquet").to_pydict()
-        self.flows = _read(profile, "Flow")
+        flows = _read(profile, "Flow")
+        self.flows = [f for f in flows if f["in_table"] == "SystemProfileEvents"]
+        self.instruction_flows = [f for f in flows if f["in_table"] == "Instruction"]
         self.instructions = _read(profile, "Instruction")
         self.estimated = _read(profile, "EstimatedActivity")
         self._frames = self._stack_frames()
@@ -255,6 +257,18 @@ class ProfileData:
             return None
         n = pick[0]
         return {**self._brief(ev["id"][n]), "stack": self.stack(ev["stack_frame_id"][n])}
+
+    # -- inside kernel-language kernels ---------------------------------------------------------
+    def kernel_waits(self, generation: str) -> list[dict]:
+        """ESTIMATED engine waits inside kernel-language kernels on ``generation``: per kernel,
+        engine and what it waited for (the engine, opcode and line of the producing instruction),
+        the waits' count and total."""
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for r in self.estimated:
+            if r["generation"] == generation and r["waited_for"]:
+                groups[(r["kernel_name"], r["engine"], r["waited_for"])].append(r["wait_ns"])
+        return sorted(({"kernel": k, "engine": e, "waited_for": w, "waits": len(ns), "wait_ns": sum(ns)}
+                       for (k, e, w), ns in groups.items()), key=lambda g: -g["wait_ns"])
 
     # -- collectives across ranks ----------------------------------------------------------------
     def _collective_rows(self) -> list[int]:

@@ -91,6 +91,8 @@ def _api(profiles: Profiles, route: str, query: dict[str, list[str]]) -> Any:
         return data.details(_int(query, "id"))
     if route == "gaps":
         return data.gaps()
+    if route == "kernel_waits":
+        return data.kernel_waits(one("generation") or data.meta.get("target_generation"))
     if route == "collectives":
         return data.collectives(profiles.peers(one("profile")))
     if route == "sources":

@@ -129,18 +129,23 @@ class _LaunchReports:
         return None
 
 
-def _instruction_rows(nki_launches: list) -> tuple[list[dict], Counter]:
+def _instruction_rows(nki_launches: list) -> tuple[list[dict], list[dict], Counter]:
     """Explorer's Instruction rows of the recorded kernel-language launches: each launch starts at
-    its measured start on the simulated core, and inside it the simulator's estimated schedule
-    (``RunReport.schedule``, as ``nki.profile`` draws it); also the instruction count per engine."""
+    its measured start on the simulated core, and inside it the simulator's estimated schedule with
+    data dependencies (``RunReport.dependent_schedule``: an instruction waits for the instructions
+    that wrote what it reads); the Flow edges of those dependencies; the instruction count per
+    engine."""
     rows: list[dict] = []
+    edges: list[dict] = []
     per_engine: Counter = Counter()
     ordinals: Counter = Counter()
     for k, launch in sorted(nki_launches, key=lambda kl: kl[0].start_ns()):
         launch_index = ordinals[k.name()]
         ordinals[k.name()] += 1
         pcs: Counter = Counter()
-        for i, (begin, r) in enumerate(launch.report.schedule()):
+        first = len(rows)  # the row id of the launch's instruction 0
+        records = launch.report.instructions
+        for i, ((begin, waited), r) in enumerate(zip(launch.report.dependent_schedule(), records)):
             start = k.start_ns() + round(begin * 1e9)
             end = k.start_ns() + round((begin + r.seconds) * 1e9)
             rows.append({
@@ -150,10 +155,15 @@ def _instruction_rows(nki_launches: list) -> tuple[list[dict], Counter]:
                 "bir_id": f"{k.name()}:{launch_index}:{i}", "pcore_idx": 0, "nki_source_location": r.location,
                 "raw_flops": r.flops, "hbm_read_bytes": r.dma_bytes, "kernel_name": k.name(),
                 "core": k.device_index(), "dtype": r.dtype, "launch": launch_index,
-                "program_id": str(list(r.program_id))})
+                "program_id": str(list(r.program_id)),
+                "waited_for": None if waited is None else first + waited})
+            edges += [{"in_id": first + d, "out_id": first + i, "in_table": "Instruction", "out_table": "Instruction",
+                       "dependency_type": "data", "gap_time": None, "waited_for": None} for d in r.depends_on]
             pcs[r.engine] += 1
             per_engine[r.engine] += 1
-    return rows, per_engine
+    for e in edges:
+        e["gap_time"] = max(0, rows[e["out_id"]]["start_ts"] - rows[e["in_id"]]["end_ts"])
+    return rows, edges, per_engine
 
 
 def _active_rows(instructions: list[dict]) -> list[dict]:
@@ -375,7 +385,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         "source_location": op.source or None,
     } for name, op in sorted(ops.items(), key=lambda kv: -(kv[1].device_ns + kv[1].fallback_ns))]
 
-    instructions, nki_engine_counts = _instruction_rows(nki_launches)
+    instructions, instruction_flow, nki_engine_counts = _instruction_rows(nki_launches)
     opcode_rows, active = _opcode_rows(instructions), _active_rows(instructions)
     engine_s = Counter()
     for op in ops.values():
@@ -451,7 +461,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     rows = {"FrameworkOp": framework, "Collective": collectives, "Instruction": instructions,
             "OpcodeSummary": opcode_rows,
             "ActiveTime": active, "Summary": [summary], "Metadata": [metadata],
-            "SystemProfileEvents": system_events, "Flow": flow, **frames.tables(),
+            "SystemProfileEvents": system_events, "Flow": flow + instruction_flow, **frames.tables(),
             "FrameworkNode": framework_tree.nodes(system_events), "EstimatedActivity": estimated,
             "RuntimeApi": runtime_rows(events) if "runtime" in modes else [],
             "CpuUtilization": cpu_rows(samples) if "cpu_util" in modes else [],

@@ -6,8 +6,9 @@ a host that keeps ahead of the device, would run them: the simulator's idle gaps
 machine's, not the chip's), and each kernel is drawn on the engines that do its work:
 
 - a kernel-language kernel: its recorded instructions, each re-timed for the generation
-  (:func:`nki.simulator.cost_model.retimed_seconds`) and scheduled as the simulator schedules
-  them (every engine in issue order, the engines concurrently);
+  (:func:`nki.simulator.cost_model.retimed_seconds`) and scheduled with their data dependencies
+  (every engine in issue order, the engines concurrently, an instruction after the ones that
+  wrote what it reads: ``RunReport.dependent_schedule``), each with what it waited for;
 - a compiled graph: its fused kernels (:func:`.graph_estimate.kernels`), one after another, each
   on the engine that bounds it;
 - a native operator or copy: the cost model's estimate on its engine;
@@ -51,36 +52,45 @@ class KernelCosting:
     collective: dict | None = None
 
 
-# (engine, start seconds from the kernel's start, seconds, name, source location)
-Activity = tuple[str, float, float, str, str | None]
+# (engine, start seconds from the kernel's start, seconds, name, source location, what it waited
+# for and how long: an instruction's producer, see RunReport.dependent_schedule)
+Activity = tuple[str, float, float, str, str | None, str | None, float]
 
 
 def _activities(k: KernelCosting, generation: str, logical_nc_config: int) -> list[Activity]:
     hw = cost_model.hardware(generation, logical_nc_config)
     if k.kind == "fallback":
-        return [(HOST_LANE, 0.0, k.measured_ns * 1e-9, k.op_name, None)]
+        return [(HOST_LANE, 0.0, k.measured_ns * 1e-9, k.op_name, None, None, 0.0)]
     if k.launch is not None:
         report = k.launch.report
         records = report.instructions
         seconds = [retimed_seconds(r.engine, r.dtype, r.seconds, report.config, hw) for r in records]
-        return [(r.engine, start, took, r.opcode, r.location)
-                for (start, r), took in zip(report.schedule(seconds), seconds)]
+        timeline = report.dependent_schedule(seconds)
+        out = []
+        free: dict[str, float] = {}  # each engine's end so far: the wait is from there
+        for (start, waited), r, took in zip(timeline, records, seconds):
+            cause = None if waited is None else f"{records[waited].engine} {records[waited].opcode} at " \
+                                                f"{records[waited].location}"
+            wait = start - free.get(r.engine, 0.0) if waited is not None else 0.0
+            free[r.engine] = start + took
+            out.append((r.engine, start, took, r.opcode, r.location, cause, wait))
+        return out
     if k.graph is not None:
         if k.graph.unestimated:
             raise cost_model.CostModelError("; ".join(k.graph.unestimated))
         out, at = [], 0.0
         for region, cost in graph_estimate.kernels(list(k.graph.ops), hw):
             out.append((_BOUND_ENGINE.get(cost.bound, VECTOR), at, cost.seconds,
-                        "+".join(op.name for op in region), None))
+                        "+".join(op.name for op in region), None, None, 0.0))
             at += cost.seconds
         return out
     if k.collective is not None:
         est = cost_model.estimate_collective(k.collective, generation, logical_nc_config)
-        return [(COLLECTIVE_LANE, 0.0, est.seconds, k.kernel_name, None)]
+        return [(COLLECTIVE_LANE, 0.0, est.seconds, k.kernel_name, None, None, 0.0)]
     est = k.native(hw) if k.native is not None else None
     if est is None:
         raise cost_model.CostModelError(f"no estimate for {k.op_name}")
-    return [(est.engine, 0.0, est.seconds, k.op_name, None)]
+    return [(est.engine, 0.0, est.seconds, k.op_name, None, None, 0.0)]
 
 
 def rows(kernels: list[KernelCosting], logical_nc_config: int, start_ns: int) -> tuple[list[dict], dict[str, int]]:
@@ -98,22 +108,14 @@ def rows(kernels: list[KernelCosting], logical_nc_config: int, start_ns: int) ->
                 missing += 1
                 continue
             begin = core_free.get(k.core, 0.0)
-            for engine, offset, seconds, name, location in activities:
+            for engine, offset, seconds, name, location, cause, wait in activities:
                 start = start_ns + round((begin + offset) * 1e9)
                 end = start_ns + round((begin + offset + seconds) * 1e9)
                 out.append({"generation": generation, "core": k.core, "engine": engine, "name": name,
                             "start_ts": start, "end_ts": end, "duration_ns": end - start, "event_id": k.event_id,
-                            "kernel_name": k.kernel_name, "op_name": k.op_name, "source_location": location})
-            core_free[k.core] = begin + max((offset + s for _, offset, s, _, _ in activities), default=0.0)
+                            "kernel_name": k.kernel_name, "op_name": k.op_name, "source_location": location,
+                            "waited_for": cause, "wait_ns": round(wait * 1e9) if cause else None})
+            core_free[k.core] = begin + max((a[1] + a[2] for a in activities), default=0.0)
         unestimated[generation] = missing
     return out, unestimated
 
-
-def by_event(rows_: list[dict], generation: str) -> dict[int, int]:
-    """Estimated nanoseconds of each kernel (its first activity's start to its last one's end)."""
-    spans: dict[int, list[int]] = {}
-    for r in rows_:
-        if r["generation"] == generation:
-            span = spans.setdefault(r["event_id"], [r["start_ts"], r["end_ts"]])
-            span[0], span[1] = min(span[0], r["start_ts"]), max(span[1], r["end_ts"])
-    return {event: end - start for event, (start, end) in spans.items()}

@@ -89,6 +89,9 @@ TABLES: dict[str, Table] = {t.name: t for t in (
               Field("launch", _I64, "Which launch of its kernel in this profile (0, 1, ...).", origin=PROFILE,
                     extension=True),
               Field("program_id", _STR, "The SPMD program of a gridded launch.", origin=PROFILE, extension=True),
+              Field("waited_for", _I64, "The instruction (id) this one waited for: the producer of what it reads "
+                    "that finished after its engine was free (null: its engine was the bound).", origin=ESTIMATED,
+                    extension=True),
           )),
     Table("ActiveTime", "A timeline of when engines are active: the merged intervals of the engine's "
           "instructions (estimated by the cost model).", (
@@ -209,7 +212,10 @@ TABLES: dict[str, Table] = {t.name: t for t in (
                   ("event_id", _I64, "The device kernel's SystemProfileEvents id.", "", PROFILE),
                   ("kernel_name", _STR, "The device kernel.", "", PROFILE),
                   ("op_name", _STR, "The framework operator that launched it.", "", PROFILE),
-                  ("source_location", _STR, "Kernel-language source line of an instruction.", "", PROFILE)))),
+                  ("source_location", _STR, "Kernel-language source line of an instruction.", "", PROFILE),
+                  ("waited_for", _STR, "What an instruction waited for: the engine, opcode and line of the "
+                   "instruction that wrote what it reads (null: its engine was the bound).", "", ESTIMATED),
+                  ("wait_ns", _I64, "How long it waited for that instruction.", NS, ESTIMATED)))),
     Table("Metadata", "Metadata associated with this profile, including the simulated system's configuration.", (
         Field("profile_schema_version", _STR, "The version of the data schema (MAJOR.MINOR.PATCH) these tables "
               "follow; SchemaFields lists its tables and fields.", required=True, origin=PROFILE, example="7.4.0"),

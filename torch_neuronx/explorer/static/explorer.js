@@ -37,7 +37,7 @@ function showTab(name) {
   document.querySelectorAll("nav button").forEach((b) => b.classList.toggle("active", b.dataset.tab === name));
   document.querySelectorAll(".tab").forEach((t) => t.classList.toggle("active", t.id === name));
   const loaders = { trace: () => timeline("trace"), chip: () => timeline("chip"), source: loadSources,
-    hierarchy: loadHierarchy, deps: () => { loadGaps(); loadCollectives(); }, critical: loadCritical, compare: setupCompare };
+    hierarchy: loadHierarchy, deps: () => { loadGaps(); loadCollectives(); loadKernelWaits(); }, critical: loadCritical, compare: setupCompare };
   if (loaders[name]) loaders[name]();
 }
 
@@ -155,7 +155,8 @@ async function select(id, view = "system") {
   const info = view === "chip" ? d.kernel : d;
   state.selected = info.event.id;
   const act = view === "chip" ? `<p><b>${esc(d.activity.name)}</b> on ${esc(d.activity.engine)} (${esc(d.activity.generation)}):
-      ${fmtNs(d.activity.duration_ns)} <span class="est">ESTIMATED</span>${d.activity.source_location ? `<br>kernel line ${esc(d.activity.source_location)}` : ""}</p>` : "";
+      ${fmtNs(d.activity.duration_ns)} <span class="est">ESTIMATED</span>${d.activity.source_location ? `<br>kernel line ${esc(d.activity.source_location)}` : ""}
+      ${d.activity.waited_for ? `<br><span id="detail-waited">waited ${fmtNs(d.activity.wait_ns)} for ${esc(d.activity.waited_for)}</span>` : ""}</p>` : "";
   const e = info.event;
   const deps = (list, key) => list.map((f) => `<li>${eventLink(f.event)} <span class="muted">${esc(f.dependency_type)}${f.waited_for ? ", waited for " + esc(f.waited_for) : ""}, gap ${fmtNs(f.gap_time)}</span></li>`).join("");
   const html = `${act}<h3 id="detail-name">${esc(e.name)}</h3>
@@ -254,6 +255,14 @@ async function loadCollectives() {
     rows.map((c) => [c.index, `<a class="event-link" data-id="${c.event_id}">${esc(c.name)}</a>`, c.rank ?? "-", c.slowest_rank ?? "-",
       fmtNs(c.waited_ns), Object.entries(c.arrivals_ns).map(([r, t]) => `rank ${esc(r)}: ${fmtNs(t)}`).join(" · ")]), [4]);
   if (!rows.length) $("#collectives-table").innerHTML = '<tr><td class="muted">no collectives in this profile</td></tr>';
+}
+
+async function loadKernelWaits() {
+  const rows = await api("kernel_waits", { generation: state.generation });
+  $("#waits-generation").textContent = `(${state.generation})`;
+  table($("#kernel-waits-table"), ["kernel", "engine", "waited for", "waits", "total wait"],
+    rows.map((w) => [esc(w.kernel), esc(w.engine), esc(w.waited_for), w.waits, fmtNs(w.wait_ns)]), [3, 4]);
+  if (!rows.length) $("#kernel-waits-table").innerHTML = '<tr><td class="muted">no engine waits inside kernel-language kernels</td></tr>';
 }
 
 // ---- critical path ----------------------------------------------------------------------------
