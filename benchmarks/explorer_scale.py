@@ -8,7 +8,9 @@ written with the profile's own schema, then timed side by side:
 - the same window queries answered by the HTTP server (JSON over loopback).
 
 - opening the UI in headless Chromium (when Playwright and Chromium are installed) to the drawn
-  system trace, and keyboard pans to the redrawn window.
+  system trace, and keyboard pans to the redrawn window;
+- NeuronProfiler's export (trace and Parquet tables) of real recorded profiles of 10, 100 and
+  1,000 steps of a small model step: time per event, which should stay flat as they grow.
 
     python benchmarks/explorer_scale.py [--events 1000000]
 """
@@ -58,6 +60,37 @@ def write_profile(directory: Path, events: int) -> Path:
     pq.write_table(pa.Table.from_pylist([{**summary, "steps": 1, "kernels": 2 * ops}],
                                         explorer_schema.TABLES["Summary"].schema), directory / "Summary.parquet")
     return directory
+
+
+def export_seconds(steps: int, root: Path) -> tuple[int, float]:
+    """Records ``steps`` steps of a small model step on the device and times NeuronProfiler's
+    export of them (the trace and every Parquet table): (events written, seconds)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_neuronx.profiling import NeuronConfig, NeuronProfiler
+    w = torch.randn(64, 64, device="neuron", requires_grad=True)
+    x = torch.randn(32, 64, device="neuron")
+
+    def step() -> None:
+        (torch.tanh(x @ w) * 2).sum().backward()
+    step()
+    torch.neuron.synchronize()
+    nc = NeuronConfig(profile_output_dir=str(root / f"steps{steps}"))
+    exporter = NeuronProfiler(nc)
+    took: list[float] = []
+
+    def timed_export(prof: torch.profiler.profile) -> None:
+        start = time.perf_counter()
+        exporter.export_trace(prof)
+        took.append(time.perf_counter() - start)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
+                 on_trace_ready=timed_export):
+        for _ in range(steps):
+            step()
+        torch.neuron.synchronize()
+    events = pq.read_metadata(exporter.last_output_dir / "SystemProfileEvents.parquet").num_rows
+    return events, took[0]
 
 
 def timed(fn, repeat: int = 1) -> float:
@@ -127,13 +160,18 @@ def main() -> None:
                 json.loads(urllib.request.urlopen(url % (a, b), timeout=60).read())
         t_http = timed(http_pan) / len(windows)
         server.shutdown()
+        exports = [export_seconds(steps, root) for steps in (10, 100, 1000)]
     events = 3 * (args.events // 3)
     rows = [["write the Parquet tables", f"{t_write:.2f} s"],
             ["load (ProfileData: Parquet to sorted rows, nesting)", f"{t_load:.2f} s"],
             ["whole-profile window, 1,500 px (per-pixel bins)", f"{t_full * 1e3:.1f} ms"],
             ["pan: a 1/1000 window (events), in Python", f"{t_pan * 1e3:.2f} ms"],
             ["pan: the same over HTTP (JSON)", f"{t_http * 1e3:.2f} ms"]]
-    figures = {"load_s": f"{t_load:.1f} s", "pan_http_ms": f"{t_http * 1e3:.1f} ms"}
+    rows += [[f"export a recorded {steps}-step profile ({n:,} events)", f"{took:.2f} s ({took / n * 1e6:.0f} us/event)"]
+             for steps, (n, took) in zip((10, 100, 1000), exports)]
+    figures = {"load_s": f"{t_load:.1f} s", "pan_http_ms": f"{t_http * 1e3:.1f} ms",
+               "export_1000_steps_s": f"{exports[-1][1]:.1f} s",
+               "export_us_per_event": f"{exports[-1][1] / exports[-1][0] * 1e6:.0f} us"}
     if browser is not None:
         rows += [["Chromium: open the UI to the drawn system trace", f"{browser[0]:.2f} s"],
                  ["Chromium: one keyboard pan to the redrawn trace", f"{browser[1] * 1e3:.0f} ms"]]

@@ -673,6 +673,9 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::linalg_cross", "async", "out", "matmul"),
     Lowering("aten::linalg_cross.out", "async", None, "matmul"),
     Lowering("aten::mm", "async", "out", "matmul"),
+    # Dequantized on every host (host_substitutes.cpp): not the CPU's oneDNN path on AMX hosts.
+    Lowering("aten::_scaled_mm", "async", None, "matmul"),
+    Lowering("aten::_scaled_mm_v2", "async", None, "matmul"),
     Lowering("aten::mm.out", "async", None, "matmul"),
     Lowering("aten::vdot", "async", "out", "matmul"),
     # ---- linalg (45)

@@ -133,7 +133,9 @@ class Timeline {
     }
   }
   click(x, y) {
-    const hit = this.hits.find(([x0, x1, y0]) => x >= x0 && x <= x1 && y >= y0 && y <= y0 + ROW_H - 4);
+    // Of the events under the pointer (1 px of slop: narrow events), the one centred nearest it.
+    const under = this.hits.filter(([x0, x1, y0]) => x >= x0 - 1 && x <= x1 && y >= y0 && y <= y0 + ROW_H - 4);
+    const hit = under.sort((p, q) => Math.abs((p[0] + p[1]) / 2 - x) - Math.abs((q[0] + q[1]) / 2 - x))[0];
     if (hit) { this.selected = hit[3]; this.draw(); select(hit[3], this.view); }
   }
 }
