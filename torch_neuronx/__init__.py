@@ -52,6 +52,10 @@ from .integrations import accelerate as _accelerate  # noqa: E402
 
 _accelerate.install()
 
+from .integrations import torchao as _torchao  # noqa: E402
+
+_torchao.install()  # TorchAO's float8 hardware check accepts neuron devices
+
 from .compile import inductor_device as _inductor_device  # noqa: E402
 
 _inductor_device.install()  # torch.compile's default backend, Inductor, on neuron tensors
