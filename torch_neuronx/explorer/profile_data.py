@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..profiling.gaps import COLLECTIVE_PREFIX, FALLBACK_PREFIX, SYNCS
+from ..profiling.gaps import COLLECTIVE_PREFIX, FALLBACK_PREFIX, SYNCS, Spans
 
 SYSTEM, CHIP = "system", "chip"
 
@@ -226,7 +226,11 @@ class ProfileData:
     def gaps(self) -> list[dict]:
         """Every idle gap of a core (a stream-order edge with a gap), with what it waited for and
         the host event behind it."""
-        host = [n for n, src in enumerate(self.events["trace_event_source"]) if src != "neuron_hw"]
+        ev = self.events
+        rows = [{"n": n, "start_ts": ev["start_ts"][n], "end_ts": ev["end_ts"][n]} for n in range(len(ev["name"]))]
+        syncs = Spans([r for r in rows
+                       if ev["trace_event_source"][r["n"]] != "neuron_hw" and ev["name"][r["n"]] in SYNCS])
+        fallbacks = Spans([r for r in rows if ev["name"][r["n"]].startswith(FALLBACK_PREFIX)])
         out = []
         for f in self.flows:
             if f["dependency_type"] != "stream order" or not f["gap_time"]:
@@ -235,19 +239,19 @@ class ProfileData:
             out.append({"core": before["nc_idx"], "start_ts": before["end_ts"], "end_ts": after["start_ts"],
                         "gap_ns": f["gap_time"], "waited_for": f["waited_for"], "before": self._brief(f["in_id"]),
                         "after": self._brief(f["out_id"]),
-                        "culprit": self._culprit(f["waited_for"], before, after, host)})
+                        "culprit": self._culprit(f["waited_for"], before, after, syncs, fallbacks)})
         return out
 
-    def _culprit(self, cause: str, before: dict, after: dict, host: list[int]) -> dict | None:
+    def _culprit(self, cause: str, before: dict, after: dict, syncs: Spans, fallbacks: Spans) -> dict | None:
         """The event a gap waited for: the host sync or the fallback it overlaps, the launch of the
         next kernel, or the collective itself."""
         ev = self.events
         start, end = before["end_ts"], after["start_ts"]
-        if cause == "host sync":
-            pick = [n for n in host if ev["name"][n] in SYNCS and ev["start_ts"][n] <= start <= ev["end_ts"][n]]
+        if cause == "host sync":  # the outermost sync holding the gap's start
+            pick = [r["n"] for r in reversed(syncs.overlapping(start, start))]
         elif cause == "cpu fallback":
-            pick = [n for n, name in enumerate(ev["name"]) if name.startswith(FALLBACK_PREFIX)
-                    and ev["start_ts"][n] < end and ev["end_ts"][n] > start]
+            pick = [r["n"] for r in reversed(fallbacks.overlapping(start, end))
+                    if r["start_ts"] < end and r["end_ts"] > start]
         elif cause == "host launch":
             pick = [self._by_id[i] for i in self._correlated.get(after["correlation_id"], [])
                     if ev["trace_event_source"][self._by_id[i]] == "framework"]
