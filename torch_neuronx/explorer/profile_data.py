@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from ..profiling.gaps import COLLECTIVE_PREFIX, FALLBACK_PREFIX, SYNCS, Spans
 
-SYSTEM, CHIP = "system", "chip"
+CHIP = "chip"  # the estimated chip timeline's view name (the other: "system")
 
 
 def _read(profile: Path, table: str) -> list[dict]:
@@ -111,9 +111,8 @@ class ProfileData:
         self.summary = (_read(profile, "Summary") or [{}])[0]
         self.ops = _read(profile, "FrameworkOp")
         self.events = pq.read_table(profile / "SystemProfileEvents.parquet").to_pydict()
-        flows = _read(profile, "Flow")
-        self.flows = [f for f in flows if f["in_table"] == "SystemProfileEvents"]
-        self.instruction_flows = [f for f in flows if f["in_table"] == "Instruction"]
+        # Edges between events (Instruction edges are the kernel waits, read from EstimatedActivity).
+        self.flows = [f for f in _read(profile, "Flow") if f["in_table"] == "SystemProfileEvents"]
         self.instructions = _read(profile, "Instruction")
         self.estimated = _read(profile, "EstimatedActivity")
         self._frames = self._stack_frames()
