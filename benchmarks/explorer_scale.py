@@ -35,17 +35,15 @@ from torch_neuronx.profiling import explorer_schema
 def write_profile(directory: Path, events: int) -> Path:
     """A profile of ``events`` SystemProfileEvents rows (a third framework ops, two thirds kernels)."""
     ops = events // 3
-    starts = np.arange(ops, dtype=np.int64) * 10_000
-    op_cols = {"start_ts": starts, "end_ts": starts + 6_000}
-    kernel_starts = np.concatenate([starts + 2_000, starts + 3_000])
-    kernel_ends = kernel_starts + np.tile(np.int64(5_000), 2 * ops)
+    op_starts = np.arange(ops, dtype=np.int64) * 10_000
+    kernel_starts = np.concatenate([op_starts + 2_000, op_starts + 3_000])
+    starts = np.concatenate([op_starts, kernel_starts])
+    ends = starts + np.concatenate([np.full(ops, 6_000, np.int64), np.full(2 * ops, 5_000, np.int64)])
     n = 3 * ops
     table = pa.table({
         "id": np.arange(n, dtype=np.int64),
         "name": np.array(["aten::mm", "aten::add", "aten::mul"] * ops, dtype=object),
-        "start_ts": np.concatenate([op_cols["start_ts"], kernel_starts]),
-        "end_ts": np.concatenate([op_cols["end_ts"], kernel_ends]),
-        "duration_ns": np.concatenate([op_cols["end_ts"] - op_cols["start_ts"], kernel_ends - kernel_starts]),
+        "start_ts": starts, "end_ts": ends, "duration_ns": ends - starts,
         "trace_event_source": np.array(["framework"] * ops + ["neuron_hw"] * (2 * ops), dtype=object),
         "instance_id": np.array(["host"] * n, dtype=object),
         "process_id": np.zeros(n, dtype=np.int64),

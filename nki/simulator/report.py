@@ -77,40 +77,41 @@ class RunReport:
                 seconds * clock, location, program_id, after))
         return self._records
 
-    def schedule(self, seconds: Sequence[float] | None = None) -> list[tuple[float, InstructionRecord]]:
+    def schedule(self) -> list[tuple[float, InstructionRecord]]:
         """The ESTIMATED timeline behind :attr:`estimated_seconds`: each instruction with its start
         (seconds from the launch), every engine running its instructions back to back in issue
-        order and the engines concurrently. ``seconds``: the instructions' times to schedule
-        instead of their own (the same kernel re-timed for another generation)."""
+        order and the engines concurrently."""
         engine_free: dict[str, float] = {}
         timeline = []
-        records = self.instructions
-        for record, took in zip(records, seconds if seconds is not None else [r.seconds for r in records]):
+        for record in self.instructions:
             start = engine_free.get(record.engine, 0.0)
-            engine_free[record.engine] = start + took
+            engine_free[record.engine] = start + record.seconds
             timeline.append((start, record))
         return timeline
 
-    def dependent_schedule(self, seconds: Sequence[float] | None = None) -> list[tuple[float, int | None]]:
+    def dependent_schedule(self, seconds: Sequence[float] | None = None) -> list[tuple[float, int | None, float]]:
         """The timeline with data dependencies: each instruction starts when its engine is free and
         the instructions that wrote what it reads have finished (engines in issue order). Per
-        instruction, its start (seconds from the launch) and the instruction it waited for (the
-        producer that ended after its engine was free), or None when its engine was the bound.
-        Longer than :attr:`estimated_seconds`, the perfect-overlap bound, wherever a kernel's
-        engines wait for one another."""
+        instruction, its start (seconds from the launch), the instruction it waited for (the
+        producer that ended after its engine was free; None when its engine was the bound) and how
+        long its engine waited for it. ``seconds``: the instructions' times to schedule instead of
+        their own (the same kernel re-timed for another generation). Longer than
+        :attr:`estimated_seconds`, the perfect-overlap bound, wherever a kernel's engines wait for
+        one another."""
         records = self.instructions
         took = seconds if seconds is not None else [r.seconds for r in records]
         engine_free: dict[str, float] = {}
         ends: list[float] = []
-        out: list[tuple[float, int | None]] = []
+        out: list[tuple[float, int | None, float]] = []
         for record, duration in zip(records, took):
-            start, waited = engine_free.get(record.engine, 0.0), None
+            free = engine_free.get(record.engine, 0.0)
+            start, waited = free, None
             for d in record.depends_on:
                 if ends[d] > start:
                     start, waited = ends[d], d
             engine_free[record.engine] = start + duration
             ends.append(start + duration)
-            out.append((start, waited))
+            out.append((start, waited, start - free))
         return out
 
     @property

@@ -36,13 +36,14 @@ def test_the_dependent_schedule_waits_for_producers_and_names_them():
     report = nki.simulator.last_report()
     r = report.instructions
     timeline = report.dependent_schedule()
-    ends = [start + rec.seconds for (start, _), rec in zip(timeline, r)]
-    assert timeline[0] == (0.0, None)
-    assert timeline[1] == (ends[0], 0)            # exp waits for the load
-    assert timeline[2] == (ends[1], 1)            # add waits for exp, which ends after the load
+    ends = [start + rec.seconds for (start, _, _), rec in zip(timeline, r)]
+    assert timeline[0] == (0.0, None, 0.0)
+    assert timeline[1] == (ends[0], 0, ends[0])   # exp waits for the load (ScalarE idle until then)
+    assert timeline[2] == (ends[1], 1, ends[1])   # add waits for exp, which ends after the load
     assert timeline[3][0] == max(ends[0], ends[2]) and timeline[3][1] == 2  # the DMA queue was free
+    assert timeline[3][2] == timeline[3][0] - ends[0]  # its queue was free from the load's end
     # The perfect-overlap bound is a lower bound of the dependent timeline.
     assert max(ends) >= report.estimated_seconds
     # Re-timed durations are scheduled the same way.
     doubled = report.dependent_schedule([2 * rec.seconds for rec in r])
-    assert [s for s, _ in doubled] == [2 * s for s, _ in timeline]
+    assert [s for s, _, _ in doubled] == [2 * s for s, _, _ in timeline]

@@ -7,6 +7,7 @@ pan or zoom with at most a few thousand items.
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,10 @@ class ProfileData:
         self.system = self._system_timeline()
         self.generations = sorted({r["generation"] for r in self.estimated})
         self._chip: dict[str, Timeline] = {}
+        # Each kernel's estimated activities summed per generation (the details and the hierarchy).
+        self._estimated_ns: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for r in self.estimated:
+            self._estimated_ns[r["event_id"]][r["generation"]] += r["duration_ns"]
 
     # -- tables --------------------------------------------------------------------------------
     def _stack_frames(self) -> dict[int, tuple[str, int, str, int]]:
@@ -205,16 +210,12 @@ class ProfileData:
     def details(self, event_id: int) -> dict[str, Any]:
         """An event with its stack, module, correlated events, dependencies and chip estimates."""
         row = self.event(event_id)
-        estimates: dict[str, int] = defaultdict(int)
-        for r in self.estimated:
-            if r["event_id"] == event_id:
-                estimates[r["generation"]] += r["duration_ns"]
         return {"event": row, "stack": self.stack(row.get("stack_frame_id")),
                 "correlated": [self._brief(i) for i in self._correlated.get(row["correlation_id"], [])
                                if i != event_id],
                 "predecessors": [{**f, "event": self._brief(f["in_id"])} for f in self._flows_in[event_id]],
                 "successors": [{**f, "event": self._brief(f["out_id"])} for f in self._flows_out[event_id]],
-                "estimated_ns": dict(estimates)}
+                "estimated_ns": dict(self._estimated_ns.get(event_id, {}))}
 
     def estimated_details(self, row: int) -> dict[str, Any]:
         """One EstimatedActivity row with the measured kernel it re-times."""
@@ -226,10 +227,12 @@ class ProfileData:
         """Every idle gap of a core (a stream-order edge with a gap), with what it waited for and
         the host event behind it."""
         ev = self.events
-        rows = [{"n": n, "start_ts": ev["start_ts"][n], "end_ts": ev["end_ts"][n]} for n in range(len(ev["name"]))]
-        syncs = Spans([r for r in rows
-                       if ev["trace_event_source"][r["n"]] != "neuron_hw" and ev["name"][r["n"]] in SYNCS])
-        fallbacks = Spans([r for r in rows if ev["name"][r["n"]].startswith(FALLBACK_PREFIX)])
+
+        def spans(rows: list[int]) -> Spans:
+            return Spans([{"n": n, "start_ts": ev["start_ts"][n], "end_ts": ev["end_ts"][n]} for n in rows])
+        names, sources = ev["name"], ev["trace_event_source"]
+        syncs = spans([n for n, name in enumerate(names) if name in SYNCS and sources[n] != "neuron_hw"])
+        fallbacks = spans([n for n, name in enumerate(names) if name.startswith(FALLBACK_PREFIX)])
         out = []
         for f in self.flows:
             if f["dependency_type"] != "stream order" or not f["gap_time"]:
@@ -302,6 +305,7 @@ class ProfileData:
         return out
 
     # -- source --------------------------------------------------------------------------------
+    @functools.cached_property
     def _line_events(self) -> dict[tuple[str, int], list[int]]:
         """(file, line) -> the events whose stack passes through it."""
         lines: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -313,7 +317,7 @@ class ProfileData:
     def sources(self) -> list[dict]:
         """Files with events, and kernel-language files with instructions, by device time."""
         totals: dict[str, dict] = defaultdict(lambda: {"device_ns": 0, "events": 0, "estimated_instruction_ns": 0})
-        for (file, _), ids in self._line_events().items():
+        for (file, _), ids in self._line_events.items():
             totals[file]["events"] += len(ids)
             totals[file]["device_ns"] += sum(self.events["duration_ns"][self._by_id[i]] for i in ids
                                              if self.events["trace_event_source"][self._by_id[i]] == "neuron_hw")
@@ -326,12 +330,13 @@ class ProfileData:
     def source(self, file: str) -> dict[str, Any]:
         """A file's lines with, per line, its events and their device time, and its kernel-language
         instructions' estimated time."""
-        known = {s["file"] for s in self.sources()}
-        if file not in known:
+        known = {f for f, _ in self._line_events} | {
+            (r["nki_source_location"] or "").rpartition(":")[0] for r in self.instructions}
+        if not file or file not in known:
             raise KeyError(f"{file} is not a source file of this profile")
         per_line: dict[int, dict] = defaultdict(lambda: {"events": [], "device_ns": 0, "host_ns": 0,
                                                           "instructions": 0, "estimated_instruction_ns": 0})
-        for (f, line), ids in self._line_events().items():
+        for (f, line), ids in self._line_events.items():
             if f != file:
                 continue
             entry = per_line[line]
@@ -358,10 +363,7 @@ class ProfileData:
         """module ▸ operator ▸ kernel ▸ instruction, with the kernels' measured device time and
         estimated chip time rolled up at each level."""
         generation = generation or self.meta.get("target_generation")
-        estimated: dict[int, int] = defaultdict(int)
-        for r in self.estimated:
-            if r["generation"] == generation:
-                estimated[r["event_id"]] += r["duration_ns"]
+        estimated = {i: by_generation.get(generation, 0) for i, by_generation in self._estimated_ns.items()}
         op_of = {}
         for src, c, name in zip(self.events["trace_event_source"], self.events["correlation_id"],
                                 self.events["name"]):

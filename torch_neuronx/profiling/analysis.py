@@ -145,7 +145,7 @@ def _instruction_rows(nki_launches: list) -> tuple[list[dict], list[dict], Count
         pcs: Counter = Counter()
         first = len(rows)  # the row id of the launch's instruction 0
         records = launch.report.instructions
-        for i, ((begin, waited), r) in enumerate(zip(launch.report.dependent_schedule(), records)):
+        for i, ((begin, waited, _), r) in enumerate(zip(launch.report.dependent_schedule(), records)):
             start = k.start_ns() + round(begin * 1e9)
             end = k.start_ns() + round((begin + r.seconds) * 1e9)
             rows.append({
@@ -158,11 +158,10 @@ def _instruction_rows(nki_launches: list) -> tuple[list[dict], list[dict], Count
                 "program_id": str(list(r.program_id)),
                 "waited_for": None if waited is None else first + waited})
             edges += [{"in_id": first + d, "out_id": first + i, "in_table": "Instruction", "out_table": "Instruction",
-                       "dependency_type": "data", "gap_time": None, "waited_for": None} for d in r.depends_on]
+                       "dependency_type": "data", "gap_time": max(0, start - rows[first + d]["end_ts"]),
+                       "waited_for": None} for d in r.depends_on]
             pcs[r.engine] += 1
             per_engine[r.engine] += 1
-    for e in edges:
-        e["gap_time"] = max(0, rows[e["out_id"]]["start_ts"] - rows[e["in_id"]]["end_ts"])
     return rows, edges, per_engine
 
 
@@ -322,6 +321,7 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
     collectives = []
     row_of = {id(e): i for i, e in enumerate(gaps.in_order(events))}  # event -> its SystemProfileEvents id
     costings: list[chip_timeline.KernelCosting] = []
+    described_rows: dict[int, dict] = {}  # SystemProfileEvents id -> the kernel's described arguments
     for k in device:
         parent = cpu.get(k.linked_correlation_id())
         name = parent.name() if parent is not None else k.name()
@@ -344,18 +344,20 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
         if graph is not None:  # each kernel is one execution of the graph
             _charge_or_explain(op, kind, lambda: cost_model.estimate_compiled(graph, hw))
             costing.graph = graph
-        args = kernel_args.get((k.device_index(), k.start_ns()))
+        described_json = kernel_args.get((k.device_index(), k.start_ns()))
+        args = json.loads(described_json) if described_json else None
+        if args is not None:
+            described_rows[costing.event_id] = args
         if kind == "collective" and args:
-            message = json.loads(args)
-            estimate = cost_model.estimate_collective(message, target, topo.logical_nc_config)
+            estimate = cost_model.estimate_collective(args, target, topo.logical_nc_config)
             _charge(op, kind, estimate)
-            collectives.append(_collective_row(k, message, estimate))
-            costing.collective = message
+            collectives.append(_collective_row(k, args, estimate))
+            costing.collective = args
         call = k.linked_correlation_id()
         if args and kind == "native":
-            costing.native = _native_estimate(name, k.name(), json.loads(args))
+            costing.native = _native_estimate(name, k.name(), args)
         if parent is not None and args and kind in ("native", "fallback") and call not in described:
-            described[call] = (name, k.name(), kind, json.loads(args))
+            described[call] = (name, k.name(), kind, args)
         if parent is None or call in seen_calls:
             continue
         seen_calls.add(call)
@@ -410,8 +412,6 @@ def tables(prof: torch.profiler.profile, hw: HardwareConfig, target: str, modes:
             row["stack_frame_id"], row["module_path"] = frames.add(context.frames), context.module_path
     first_kernel_ns = min((k.start_ns() for k in device), default=0)
     estimated, unestimated_kernels = chip_timeline.rows(costings, topo.logical_nc_config, first_kernel_ns)
-    described_rows = {row_of[id(k)]: json.loads(a) for k in device
-                      if (a := kernel_args.get((k.device_index(), k.start_ns()))) is not None}
     flow = gaps.flows(system_events, described_rows)
     idle = gaps.idle_by_cause(flow)
     percent = (lambda seconds: 100 * seconds / estimated_s if estimated_s else None)  # noqa: E731

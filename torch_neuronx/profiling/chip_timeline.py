@@ -65,14 +65,10 @@ def _activities(k: KernelCosting, generation: str, logical_nc_config: int) -> li
         report = k.launch.report
         records = report.instructions
         seconds = [retimed_seconds(r.engine, r.dtype, r.seconds, report.config, hw) for r in records]
-        timeline = report.dependent_schedule(seconds)
         out = []
-        free: dict[str, float] = {}  # each engine's end so far: the wait is from there
-        for (start, waited), r, took in zip(timeline, records, seconds):
+        for (start, waited, wait), r, took in zip(report.dependent_schedule(seconds), records, seconds):
             cause = None if waited is None else f"{records[waited].engine} {records[waited].opcode} at " \
                                                 f"{records[waited].location}"
-            wait = start - free.get(r.engine, 0.0) if waited is not None else 0.0
-            free[r.engine] = start + took
             out.append((r.engine, start, took, r.opcode, r.location, cause, wait))
         return out
     if k.graph is not None:

@@ -82,14 +82,14 @@ class Estimate:
     tensor_peak_seconds: float = 0.0  # its matrix FLOPs at TensorE's peak for their dtype (MFU)
 
 
-def _tensors(values: list[Any]) -> list[dict]:
+def described_tensors(values: list[Any]) -> list[dict]:
     """The tensors among described arguments, tensor lists flattened."""
     out = []
     for v in values:
         if isinstance(v, dict):
             out.append(v)
         elif isinstance(v, list):
-            out.extend(_tensors(v))
+            out.extend(described_tensors(v))
     return out
 
 
@@ -146,8 +146,8 @@ def estimate(name: str, call: dict, hw: HardwareConfig, assumptions: Assumptions
     ``_foreach_add_``, its first argument); operators without a FLOP formula do one lane-engine
     operation per element written. Raises CostModelError when the operator's FLOP formula fails."""
     inputs, outputs = call["inputs"], call["outputs"]
-    read = _tensors(inputs)
-    written = _tensors(outputs) or _tensors(inputs[:1])
+    read = described_tensors(inputs)
+    written = described_tensors(outputs) or described_tensors(inputs[:1])
     if not read and not written:
         return None
     bytes_moved = sum(t["bytes"] for t in read + written)
@@ -174,10 +174,10 @@ def estimate_copy(kernel: str, call: dict, hw: HardwareConfig) -> Estimate | Non
     over_link = next((v for k, v in _COPY_OVER_HOST_LINK.items() if kernel.endswith(k)), None)
     if over_link is None:
         return None
-    source = sum(t["bytes"] for t in _tensors(call["inputs"]))
+    source = sum(t["bytes"] for t in described_tensors(call["inputs"]))
     if over_link:
         return _dma(source, transfer_seconds(source), hw)
-    moved = source + sum(t["bytes"] for t in _tensors(call["outputs"]))
+    moved = source + sum(t["bytes"] for t in described_tensors(call["outputs"]))
     return _dma(moved, moved / hw.dma_bytes_per_s, hw)
 
 

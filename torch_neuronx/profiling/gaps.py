@@ -29,6 +29,7 @@ from typing import Any
 
 from torch.autograd import DeviceType
 
+from .cost_model import described_tensors
 from .explorer_schema import IDLE_CAUSES
 
 RUNTIME_ACTIVITY = "privateuse1_runtime"  # the profiler activity of the runtime's host calls
@@ -115,13 +116,9 @@ def _waited_for(previous: dict, kernel: dict, launch: dict | None, syncs: Spans,
     return HOST_LAUNCH
 
 
-def _storages(values: Any) -> list[int]:
-    """The storage addresses of the tensors among described arguments (tensor lists flattened)."""
-    if isinstance(values, dict):
-        return [values["storage"]] if "storage" in values else []
-    if isinstance(values, list):
-        return [s for v in values for s in _storages(v)]
-    return []
+def _storages(values: list) -> list[int]:
+    """The storage addresses of the described tensors among ``values`` (an input or output list)."""
+    return [t["storage"] for t in described_tensors(values) if "storage" in t]
 
 
 def data_edges(rows: list[dict], args: dict[int, dict]) -> list[dict]:
@@ -134,9 +131,9 @@ def data_edges(rows: list[dict], args: dict[int, dict]) -> list[dict]:
         call = args.get(r["id"])
         if r["trace_event_source"] != "neuron_hw" or call is None:
             continue
-        producers = {writer[s]["id"]: writer[s] for s in _storages(call.get("inputs")) if s in writer}
+        producers = {writer[s]["id"]: writer[s] for s in _storages(call.get("inputs", [])) if s in writer}
         edges += [_edge(p, r, "data", None) for p in producers.values() if p["id"] != r["id"]]
-        for s in _storages(call.get("outputs")):
+        for s in _storages(call.get("outputs", [])):
             writer[s] = r
     return edges
 
