@@ -5,6 +5,7 @@ read, the generation switched, two profiles compared. Screenshots go to
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -48,29 +49,33 @@ def test_summary_shows_estimated_utilisation_and_ranked_recommendations(page):
     page.screenshot(path=page.shots / "explorer-summary.png")
 
 
-def _click_event(page, name: str, timeline: str) -> None:
-    """Clicks the first drawn event called ``name`` on ``timeline``'s canvas."""
+def _click_event(page, name: str, timeline: str) -> int:
+    """Clicks the widest drawn event called ``name`` on ``timeline``'s canvas (the easiest to hit);
+    returns its id."""
     # Drawn, and no newer window on its way (a resize asks for one).
     page.wait_for_function(f"""() => {{ const tl = state.timelines['{timeline}'];
         return tl && tl.hits.length > 0 && tl.root.dataset.drawn === String(tl.request); }}""")
-    x, y = page.evaluate(f"""() => {{
+    x, y, event_id = page.evaluate(f"""() => {{
         const tl = state.timelines['{timeline}'];
         const row = tl.data.find((r) => r.events && r.events.some((e) => e[3] === {name!r}));
         const widest = (p, q) => (q[1] - q[0]) - (p[1] - p[0]);
         const ev = row.events.filter((e) => e[3] === {name!r}).sort(widest)[0];  // the easiest to hit
         const hit = tl.hits.find((h) => h[3] === ev[2]);
-        return [(hit[0] + hit[1]) / 2, hit[2] + 6];
+        return [(hit[0] + hit[1]) / 2, hit[2] + 6, ev[2]];
     }}""")
     box = page.locator(f"#{timeline}-timeline canvas").bounding_box()
     page.mouse.click(box["x"] + x, box["y"] + y)
+    return event_id
 
 
 def test_system_trace_click_an_event_and_follow_it_to_its_source_line(page):
     tab(page, "trace")
-    _click_event(page, "aten::addmm", "trace")
-    page.wait_for_selector("#detail-name")
+    clicked = _click_event(page, "aten::addmm", "trace")
+    page.wait_for_selector(f"#detail[data-event='{clicked}']")
     assert page.inner_text("#detail-name") == "aten::addmm"
-    assert "Linear_0" in page.inner_text("#detail")
+    module = page.evaluate(f"fetch('/api/event?id={clicked}').then((r) => r.json()).then((d) => d.event.module_path)")
+    assert re.fullmatch(r"Model_0(/Sequential_0/Block_\d+)?/Linear_\d+", module)  # one of the Linears
+    assert f"module {module}" in page.inner_text("#detail")
     page.screenshot(path=page.shots / "explorer-trace.png")
     link = page.locator("#detail-stack a.source-link").first
     line = int(link.get_attribute("data-line"))
