@@ -1,18 +1,32 @@
-"""What TorchAO's float8 hardware check lacks for the ``neuron`` device, supplied when it loads.
+"""What TorchAO lacks for the ``neuron`` device, supplied as its modules load.
 
-``quantize_(model, Float8DynamicActivationFloat8WeightConfig(...))`` asserts
-``torchao.float8.inference._check_hardware_support``: float8 matmuls only on CUDA >= 8.9,
+Two small adapters, each the change TorchAO itself would take upstream; none of TorchAO's files is
+changed, and nothing is different on other devices.
+
+**The float8 hardware check.** ``quantize_(model, Float8DynamicActivationFloat8WeightConfig(...))``
+asserts ``torchao.float8.inference._check_hardware_support``: float8 matmuls only on CUDA >= 8.9,
 MI300/MI350 or XPU (Intel's backend got its branch upstream). Trainium2/3 TensorE multiplies
 float8 (``torch._scaled_mm`` runs on the device, dequantizing on every host: docs/low-precision.md),
 so the upstream change is one more accepted device::
 
     assert torch.xpu.is_available() or torch.neuron.is_available() or (...)
 
-Until TorchAO has it, this module wraps ``_check_hardware_support`` as
-``torchao.float8.inference`` is imported (before ``torchao.quantization.quant_api`` binds the
-name): with neuron devices available it accepts what it accepts for XPU, otherwise it asks the
-original. Like the XPU branch, the check is about the machine, not the model's device. Nothing of
-TorchAO's files is changed.
+The wrapper is installed as ``torchao.float8.inference`` is imported (before
+``torchao.quantization.quant_api`` binds the name). Like the XPU branch, the check is about the
+machine, not the model's device.
+
+**The float8 scales in float32.** ``torchao.float8.float8_utils.amax_to_scale`` upcasts ``amax`` to
+float64 "to ensure same numerics between compile and eager" and computes ``max / clamp(amax, EPS)``
+there. The chip has no float64 arithmetic (on ``neuron`` float64 runs on the host by the dtype
+policy, so every float8 linear would fall back three times a step). For a float32, bfloat16 or
+float16 ``amax`` on ``neuron`` the adapter computes the same float32 scale in float32: the division
+``max / amax`` rounded once to float32 equals the float64 quotient rounded to float32 (float64 has
+more than 2 x 24 + 2 bits, so the second rounding cannot change the result; and eager's
+``reciprocal`` then ``mul`` in float64 stays well inside half a float32 ulp of the quotient), and
+the clamp, whose float64 ``EPS`` has no float32 twin, becomes a comparison with the smallest
+float32 not below ``EPS`` and the constant ``max / EPS`` rounded on the host. The scale is equal
+bit for bit to TorchAO's float64 one (tests/integrations/test_torchao.py checks it over a million
+values and the edge cases).
 """
 from __future__ import annotations
 
@@ -20,11 +34,12 @@ import functools
 from collections.abc import Callable
 from types import ModuleType
 
+import numpy as np
 import torch
 
 from ..import_hooks import after_import
 
-MODULE = "torchao.float8.inference"
+_EXACT_IN_FLOAT32 = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def with_neuron(check: Callable[..., None]) -> Callable[..., None]:
@@ -36,16 +51,51 @@ def with_neuron(check: Callable[..., None]) -> Callable[..., None]:
             return None
         return check(granularities, *args, **kwargs)
 
-    wrapped.__torch_neuronx_wrapped__ = True  # type: ignore[attr-defined]
     return wrapped
 
 
-def _patch(module: ModuleType) -> None:
-    check = getattr(module, "_check_hardware_support", None)
-    if check is not None and not getattr(check, "__torch_neuronx_wrapped__", False):
-        module._check_hardware_support = with_neuron(check)
+def float32_scale(amax: torch.Tensor, float8_dtype: torch.dtype, eps: float) -> torch.Tensor:
+    """``(finfo(float8_dtype).max / clamp(amax.double(), min=eps)).float()``, computed in float32."""
+    fmax = torch.finfo(float8_dtype).max
+    floor = np.float32(eps)
+    if float(floor) < eps:
+        floor = np.nextafter(floor, np.float32(np.inf))
+    amax = amax.to(torch.float32)
+    quotient = torch.full_like(amax, fmax) / amax  # one IEEE division, rounded once
+    return torch.where(amax < float(floor), float(np.float32(fmax / eps)), quotient)
+
+
+def with_float32_scales(amax_to_scale: Callable[..., torch.Tensor], module: ModuleType) -> Callable[..., torch.Tensor]:
+    """``amax_to_scale`` that computes a ``neuron`` tensor's scale in float32 (equal bit for bit)."""
+
+    @functools.wraps(amax_to_scale)
+    @torch.no_grad()
+    def wrapped(amax: torch.Tensor, float8_dtype: torch.dtype, round_scales_to_power_of_2: bool = False):
+        if amax.device.type != "neuron" or amax.dtype not in _EXACT_IN_FLOAT32 or float8_dtype not in module.FP8_TYPES:
+            return amax_to_scale(amax, float8_dtype, round_scales_to_power_of_2)
+        scale = float32_scale(amax, float8_dtype, module.EPS)
+        return module._round_scale_down_to_power_of_2(scale) if round_scales_to_power_of_2 else scale
+
+    return wrapped
+
+
+def _wrap_once(module: ModuleType, name: str, wrap: Callable[[Callable], Callable]) -> None:
+    original = getattr(module, name, None)
+    if original is not None and not getattr(original, "__torch_neuronx_wrapped__", False):
+        wrapped = wrap(original)
+        wrapped.__torch_neuronx_wrapped__ = True  # type: ignore[attr-defined]
+        setattr(module, name, wrapped)
+
+
+def _patch_inference(module: ModuleType) -> None:
+    _wrap_once(module, "_check_hardware_support", with_neuron)
+
+
+def _patch_float8_utils(module: ModuleType) -> None:
+    _wrap_once(module, "amax_to_scale", lambda original: with_float32_scales(original, module))
 
 
 def install() -> None:
-    """Wrap the check once ``torchao.float8.inference`` is imported (now, if it already is)."""
-    after_import(MODULE, _patch)
+    """Install the adapters as their TorchAO modules are imported (now, for those already imported)."""
+    after_import("torchao.float8.inference", _patch_inference)
+    after_import("torchao.float8.float8_utils", _patch_float8_utils)
