@@ -37,6 +37,80 @@ def pytest_collection_modifyitems(config, items):
         items.reverse()
 
 
+# Tests of another chip generation (@pytest.mark.generation("trn3")). The generation is a
+# process's setting (TORCH_NEURONX_SIM_CONF), so a test marked for another one than this process
+# simulates runs in a child pytest process that simulates it: one child per module and
+# generation, for all of that module's tests so marked, whose outcomes the child writes to a
+# file (_REPORT) and each test then reports as its own.
+_REPORT = "TORCH_NEURONX_TEST_OUTCOMES"
+_generation_runs: dict[tuple[str, str], dict[str, list[str]]] = {}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "generation(name): run in a process simulating that chip generation")
+
+
+def _marked_generation(item) -> str | None:
+    marker = item.get_closest_marker("generation")
+    return marker.args[0] if marker else None
+
+
+def _run_in_generation(item, generation: str) -> dict[str, list[str]]:
+    key = (str(item.path), generation)
+    if key not in _generation_runs:
+        import json
+        import subprocess
+        import tempfile
+        nodeids = [i.nodeid for i in item.session.items
+                   if str(i.path) == key[0] and _marked_generation(i) == generation]
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "outcomes.json")
+            conf = [kv for kv in os.environ.get("TORCH_NEURONX_SIM_CONF", "").split(",")
+                    if kv and not kv.lower().startswith("generation:")]
+            env = {**os.environ, _REPORT: report,
+                   "TORCH_NEURONX_SIM_CONF": ",".join([f"generation:{generation}", *conf])}
+            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *nodeids],
+                                 cwd=str(item.config.rootpath), env=env, capture_output=True, text=True)
+            outcomes = json.load(open(report)) if os.path.exists(report) else {}
+        if not outcomes:
+            raise RuntimeError(f"the {generation} test process reported nothing:\n{run.stdout}\n{run.stderr}")
+        _generation_runs[key] = outcomes
+    return _generation_runs[key]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    generation = _marked_generation(pyfuncitem)
+    if generation is None or generation == torch_neuronx.runtime.current_topology().generation:
+        return None
+    outcome, text = _run_in_generation(pyfuncitem, generation).get(pyfuncitem.nodeid, ["missing", "not run"])
+    if outcome == "skipped":
+        pytest.skip(text)
+    if outcome != "passed":
+        pytest.fail(f"in a process simulating {generation}:\n{text}", pytrace=False)
+    return True
+
+
+_outcomes: dict[str, list[str]] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get(_REPORT) and (report.when == "call" or report.outcome != "passed"):
+        text = report.longreprtext if report.outcome != "passed" else ""
+        if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+            text = report.longrepr[2]
+        _outcomes.setdefault(report.nodeid, [report.outcome, text])
+        if report.outcome != "passed":
+            _outcomes[report.nodeid] = [report.outcome, text]
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get(_REPORT):
+        import json
+        with open(os.environ[_REPORT], "w") as f:
+            json.dump(_outcomes, f)
+
+
 def _global_state() -> dict:
     """What a test may change only through a scoped API, and must leave as it found it."""
     import torch._dynamo.config

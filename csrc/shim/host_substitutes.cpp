@@ -5,6 +5,7 @@
 
 #include "generator.h"
 #include "rnn_cells.h"
+#include "scaled_matmul.h"
 
 namespace torch_neuronx {
 
@@ -84,8 +85,7 @@ void scaled_mm_as_v2(torch::jit::Stack& s) {
   const at::Tensor mat_a = s[0].toTensor(), mat_b = s[1].toTensor();
   const at::Tensor scale_a = s[2].toTensor(), scale_b = s[3].toTensor();
   const c10::IValue bias = s[4];
-  TORCH_CHECK(s[5].isNone(), "torch._scaled_mm on neuron: scale_result is not supported; compute in a wider ",
-              "out_dtype and scale the result yourself");
+  check_scaled_matmul("torch._scaled_mm", mat_a, mat_b, !s[5].isNone());
   const auto out_dtype = s[6].isNone() ? mat_a.scalar_type() : s[6].toScalarType();
   const bool fast_accum = s[7].toBool();
   const auto recipe = [](const at::Tensor& scale) {
@@ -106,6 +106,11 @@ void scaled_mm_as_v2(torch::jit::Stack& s) {
   s.emplace_back(fast_accum);
 }
 
+// _scaled_mm_v2 called directly: its own CPU kernel, after the same TensorE check.
+void check_scaled_mm_v2(torch::jit::Stack& s) {
+  check_scaled_matmul("torch._scaled_mm_v2", s[0].toTensor(), s[1].toTensor(), false);
+}
+
 }  // namespace
 
 const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
@@ -115,6 +120,7 @@ const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
       {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
       {"aten::histc", {nullptr, nullptr, &histc}},
       {"aten::_scaled_mm", {"aten::_scaled_mm_v2", &scaled_mm_as_v2, nullptr}},
+      {"aten::_scaled_mm_v2", {"aten::_scaled_mm_v2", &check_scaled_mm_v2, nullptr}},
       {"aten::histc.out", {nullptr, nullptr, &histc_out}},
       {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
       {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},

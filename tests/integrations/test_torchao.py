@@ -1,7 +1,15 @@
 """TorchAO's recipes on ``neuron`` (torchao pinned in constraints.txt): quantized inference and
 float8 training give the CPU's results bit for bit, where the CPU takes its dequantizing
-``_scaled_mm`` path (``torch.backends.mkldnn.flags(enabled=False)``; the device always does)."""
+``_scaled_mm`` path (cpu_dequantizing_scaled_mm; the device always does).
+
+TorchAO's recipes quantize to float8_e4m3fn, which TensorE multiplies from trn3 on: those tests
+run in a process simulating trn3 (``@pytest.mark.generation``, tests/conftest.py); on trn2 they
+are refused, and the float8_e5m2 recipes run."""
 from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -9,15 +17,20 @@ import torch
 import torch_neuronx
 
 torchao = pytest.importorskip("torchao")
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torchao.float8 import Float8LinearConfig, convert_to_float8_training, float8_utils  # noqa: E402
 from torchao.quantization import (  # noqa: E402
     Float8DynamicActivationFloat8WeightConfig,
     Float8WeightOnlyConfig,
+    Int8DynamicActivationInt8WeightConfig,
+    Int8DynamicActivationIntxWeightConfig,
+    Int8WeightOnlyConfig,
+    IntxWeightOnlyConfig,
+    PerGroup,
     PerRow,
     PerTensor,
     quantize_,
 )
+from torchao.quantization.qat import QATConfig  # noqa: E402
 
 
 @pytest.fixture
@@ -32,15 +45,27 @@ def model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).to(torch.bfloat16)
 
 
-class DequantizingScaledMM(TorchDispatchMode):
-    """The CPU reference: PyTorch's CPU kernels as by default, with ``_scaled_mm`` taking its
-    dequantizing path (the device's, on every host) instead of oneDNN's."""
+def _scaled_mm_v2_kernel(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    assert scale_result is None
+    recipe = [[0 if s.numel() == 1 else 1] for s in (scale_a, scale_b)]  # TensorWise / RowWise
+    return torch.ops.aten._scaled_mm_v2(a, b, [scale_a], recipe[0], [], [scale_b], recipe[1], [], bias,
+                                        out_dtype or a.dtype, [], use_fast_accum)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._scaled_mm.default:
-            with torch.backends.mkldnn.flags(enabled=False):
-                return func(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
+
+@contextlib.contextmanager
+def cpu_dequantizing_scaled_mm():
+    """The CPU reference: PyTorch's CPU kernels as by default, with ``_scaled_mm`` taking its
+    dequantizing path (``_scaled_mm_v2``'s CPU kernel: the device's, on every host) where the CPU
+    build would take oneDNN (AMX hosts, tensorwise scales). Registered through torch.library for
+    the block and removed after; eager and Inductor's CPU code both call it."""
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": for the block
+        library.impl("_scaled_mm", _scaled_mm_v2_kernel, "CPU")
+    try:
+        yield
+    finally:
+        library._destroy()
 
 
 def dynamic(granularity):
@@ -51,6 +76,7 @@ def dynamic(granularity):
 @pytest.mark.parametrize("config", [dynamic(PerTensor()), dynamic(PerRow()),
                                     Float8WeightOnlyConfig(set_inductor_config=False)],
                          ids=["dynamic-per-tensor", "dynamic-per-row", "weight-only"])
+@pytest.mark.generation("trn3")
 def test_float8_inference_configs_match_the_cpu(device, strict, config):
     cpu, dev = model(), model().to(device)
     quantize_(cpu, config)
@@ -59,13 +85,14 @@ def test_float8_inference_configs_match_the_cpu(device, strict, config):
     assert dev[0].weight.qdata.device.type == "neuron"
     x = torch.randn(16, 64, dtype=torch.bfloat16)
     for _ in range(2):
-        with DequantizingScaledMM():  # first: its oneDNN switch is process-wide
+        with cpu_dequantizing_scaled_mm():
             expected = cpu(x)
         out = dev(x.to(device))
         torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)  # the same CPU kernels
     assert torch_neuronx.get_fallback_ops() == {}
 
 
+@pytest.mark.generation("trn3")
 def test_quantized_weights_round_trip_through_a_state_dict(device, tmp_path):
     dev = model().to(device)
     quantize_(dev, dynamic(PerRow()))
@@ -90,6 +117,7 @@ RECIPES = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.generation("trn3")
 def test_float8_training_matches_the_cpu_without_fallback(device, strict, recipe):
     config = Float8LinearConfig.from_recipe_name(recipe)
     cpu, dev = model(), model()
@@ -97,7 +125,7 @@ def test_float8_training_matches_the_cpu_without_fallback(device, strict, recipe
     convert_to_float8_training(dev, config=config)
     dev = dev.to(device)
     x = torch.randn(32, 64, dtype=torch.bfloat16)
-    with DequantizingScaledMM():  # before the device runs: its oneDNN switch is process-wide
+    with cpu_dequantizing_scaled_mm():
         expected = train_step(cpu, x)
     out = train_step(dev, x.to(device))
     torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)  # the same CPU kernels
@@ -107,6 +135,7 @@ def test_float8_training_matches_the_cpu_without_fallback(device, strict, recipe
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.generation("trn3")
 def test_compiled_float8_training_matches_compiled_cpu(device, strict, recipe):
     config = Float8LinearConfig.from_recipe_name(recipe)
     cpu, dev = model(), model()
@@ -116,14 +145,132 @@ def test_compiled_float8_training_matches_compiled_cpu(device, strict, recipe):
     x = torch.randn(32, 64, dtype=torch.bfloat16)
     torch._dynamo.reset()
     out = train_step(torch.compile(dev, backend="neuron"), x.to(device)).cpu()
-    torch.neuron.synchronize()  # the flag below is process-wide: no device work may be in flight
-    # Inductor calls _scaled_mm's kernel directly (no dispatch mode sees it): oneDNN off throughout.
-    with torch.backends.mkldnn.flags(enabled=False):
+    with cpu_dequantizing_scaled_mm():
         expected = train_step(torch.compile(cpu), x)
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     for p, q in zip(dev.parameters(), cpu.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
     assert torch_neuronx.get_fallback_ops() == {}
+
+
+INTEGER_CONFIGS = {
+    "int8-weight-only": Int8WeightOnlyConfig(set_inductor_config=False),  # (as dynamic() says)
+    "int8-dynamic": Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+    "int4-weight-only": IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
+}
+
+
+@pytest.mark.parametrize("name", INTEGER_CONFIGS)
+def test_integer_quantization_configs_match_the_cpu_and_round_trip(device, strict, tmp_path, name):
+    config = INTEGER_CONFIGS[name]
+    cpu, dev = model(), model().to(device)
+    quantize_(cpu, config)
+    quantize_(dev, config)
+    assert type(dev[0].weight) is type(cpu[0].weight) and dev[0].weight.qdata.device.type == "neuron"
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    for _ in range(2):
+        torch.testing.assert_close(dev(x.to(device)).cpu(), cpu(x), rtol=0, atol=0)  # the same CPU kernels
+    torch.save(dev.state_dict(), tmp_path / "q.pt")
+    again = model().to(device)
+    quantize_(again, config)
+    again.load_state_dict(torch.load(tmp_path / "q.pt", weights_only=False))
+    torch.testing.assert_close(again(x.to(device)).cpu(), cpu(x), rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_qat_prepare_train_convert_matches_the_cpu(device, strict):
+    base = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+    results = {}
+    for where in ("cpu", device):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).to(where)
+        quantize_(m, QATConfig(base, step="prepare"))  # fake-quantized linears
+        optimizer = torch.optim.SGD(m.parameters(), lr=0.1)
+        g = torch.Generator().manual_seed(1)
+        losses = []
+        for _ in range(3):
+            loss = m(torch.randn(16, 64, generator=g).to(where)).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.detach().cpu())
+        quantize_(m, QATConfig(base, step="convert"))  # the real quantized weights
+        results[where] = torch.stack(losses), m(torch.randn(8, 64, generator=g).to(where)).detach().cpu(), m
+    (cpu_losses, cpu_out, cpu), (dev_losses, dev_out, dev) = results["cpu"], results[device]
+    torch.testing.assert_close(dev_losses, cpu_losses, rtol=0, atol=0)
+    torch.testing.assert_close(dev_out, cpu_out, rtol=0, atol=0)
+    assert type(dev[0].weight).__name__ == type(cpu[0].weight).__name__ == "IntxUnpackedToInt8Tensor"
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.parametrize("optimizer", ["AdamW8bit", "AdamWFp8", "AdamW4bit"])
+def test_low_bit_optimizers_match_the_cpu(device, strict, optimizer):
+    import torchao.optim
+    weights, states = {}, {}
+    for where in ("cpu", device):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(256, 256).to(where)
+        opt = getattr(torchao.optim, optimizer)(m.parameters(), lr=1e-2)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            m(torch.randn(8, 256, generator=g).to(where)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        weights[where] = m.weight.detach().cpu()
+        state = opt.state[m.weight]["exp_avg"]  # the optimizer's low-bit state subclass
+        assert state.device.type == torch.device(where).type
+        states[where] = state.dequantize().cpu()
+    torch.testing.assert_close(weights[device], weights["cpu"], rtol=0, atol=0)
+    torch.testing.assert_close(states[device], states["cpu"], rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def e5m2_config(recipe: str) -> Float8LinearConfig:
+    """The recipe with every cast in float8_e5m2, the float8 format trn2's TensorE multiplies."""
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    e5m2 = {name: dataclasses.replace(getattr(config, name), target_dtype=torch.float8_e5m2)
+            for name in ("cast_config_input", "cast_config_weight", "cast_config_grad_output",
+                         "cast_config_input_for_grad_weight", "cast_config_weight_for_grad_input",
+                         "cast_config_grad_output_for_grad_weight")}
+    return dataclasses.replace(config, **e5m2)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.generation("trn2")
+def test_float8_e5m2_training_runs_on_trn2_and_matches_the_cpu(device, strict, recipe):
+    cpu, dev = model(), model()
+    convert_to_float8_training(cpu, config=e5m2_config(recipe))
+    convert_to_float8_training(dev, config=e5m2_config(recipe))
+    dev = dev.to(device)
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    with cpu_dequantizing_scaled_mm():
+        expected = train_step(cpu, x)
+    out = train_step(dev, x.to(device))
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.generation("trn2")
+def test_float8_e4m3fn_is_refused_on_trn2_naming_the_fix(device, strict):
+    dev = model().to(device)
+    convert_to_float8_training(dev)  # TorchAO's default: float8_e4m3fn forward casts
+    x = torch.randn(32, 64, dtype=torch.bfloat16, device=device)
+    before = torch.neuron.memory_allocated()
+    with pytest.raises(TypeError, match=r"_scaled_mm on neuron: float8_e4m3fn operands do not run on the "
+                                        r"TensorE of trn2 .*NCC_EVRF051.*generation:trn3"):
+        dev(x)
+    assert torch.neuron.memory_allocated() == before  # nothing kept by the refused call
+    quantize_(dev, dynamic(PerRow()))  # inference configs are refused alike, at the first matmul
+    with pytest.raises(TypeError, match="float8_e4m3fn operands do not run on the TensorE of trn2"):
+        dev(x)
+    a, one = torch.ones(16, 16, device=device).to(torch.float8_e4m3fn), torch.ones((), device=device)
+    compiled = torch.compile(lambda a, b: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), backend="neuron")
+    with pytest.raises(Exception, match="float8_e4m3fn operands do not run on the TensorE of trn2"):
+        compiled(a, a.t())  # refused by the compiler's lowering, as eager refuses it
+    torch._dynamo.reset()
+    torch.testing.assert_close((x * 2).cpu(), x.cpu() * 2)  # the device stays usable
 
 
 def float8_maxima_and_edges() -> torch.Tensor:

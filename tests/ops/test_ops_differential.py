@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_neuronx
 from helpers import DEVICE, assert_same, check_grad_twice, check_twice, sync, to_device
 
 FLOAT_DTYPES = [torch.float32, torch.bfloat16]
@@ -778,6 +779,11 @@ def test_logical_and_misc_elementwise():
                torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor):
         check_twice(fn, a, b)
     check_twice(torch.logical_not, a)
+    # The shift operators' own overloads (TorchAO's 4-bit optimizer states pack with them).
+    for shift in (lambda x, y: x >> y, lambda x, y: x << y, lambda x, y: x >> 1, lambda x, y: x << 2,
+                  lambda x, y: x.clone().__irshift__(y), lambda x, y: x.clone().__ilshift__(1)):
+        check_twice(shift, a.to(torch.uint8) * 17, b.to(torch.uint8))
+    assert not [op for op in torch_neuronx.get_fallback_ops() if "shift" in op]  # native kernels
     check_twice(torch.isclose, rnd(3, 3), rnd(3, 3) + 1e-9)
     check_twice(torch.allclose, rnd(3, 3), rnd(3, 3))
     x = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0])

@@ -1,6 +1,9 @@
 """torch._scaled_mm / _scaled_mm_v2 on the device: one dequantizing kernel on every host (each
 operand to fp32 times its scale, an fp32 matmul, the bias in fp32, one rounding), equal bit for
-bit to the CPU's dequantizing path (the same CPU kernels run), with no CPU fallback."""
+bit to the CPU's dequantizing path (the same CPU kernels run), with no CPU fallback.
+
+float8_e4m3fn operands run on trn3's TensorE (the module's tests run in a process simulating trn3,
+tests/conftest.py); trn2 multiplies float8_e5m2 and refuses float8_e4m3fn (the trn2 tests)."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +13,7 @@ import torch.nn.functional as F
 import torch_neuronx
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+pytestmark = pytest.mark.generation("trn3")
 
 
 @pytest.fixture
@@ -41,11 +45,11 @@ def on(device, *tensors):
 
 
 @pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
-@pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E4M3, E5M2)], ids=["e4m3", "e4m3xe5m2"])
+@pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E4M3, E5M2), (E5M2, E5M2)], ids=["e4m3", "e4m3xe5m2", "e5m2"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("bias_dtype", [None, torch.bfloat16, torch.float32])
 def test_scaled_mm_equals_the_dequantized_product(device, strict, rowwise, dtypes, out_dtype, bias_dtype):
-    if dtypes == (E4M3, E5M2) and rowwise:
+    if dtypes[0] != dtypes[1] and rowwise:
         pytest.skip("the CPU's rowwise path takes one float8 dtype for both operands")
     a, b, sa, sb = operands(48, 96, 40, *dtypes, rowwise=rowwise)
     bias = None if bias_dtype is None else torch.randn(40).to(bias_dtype)
@@ -127,3 +131,28 @@ def test_the_profiler_costs_scaled_mm_at_the_fp8_rate(device, tmp_path):
     fixed = Assumptions().kernel_overhead_s * 1e6
     ratio = (fp8["estimated_chip_time_us"] - fixed) / (bf16["estimated_chip_time_us"] - fixed)
     assert ratio == pytest.approx(tensor_rate(hw, "bfloat16") / tensor_rate(hw, "float8_e4m3fn"))
+
+
+@pytest.mark.generation("trn2")
+@pytest.mark.parametrize("rowwise", [False, True], ids=["tensorwise", "rowwise"])
+def test_trn2_multiplies_e5m2_bit_for_bit(device, strict, rowwise):
+    a, b, sa, sb = operands(48, 96, 40, E5M2, E5M2, rowwise=rowwise)
+    out = torch._scaled_mm(*on(device, a, b, sa, sb), out_dtype=torch.bfloat16)
+    torch.testing.assert_close(out.cpu(), dequantized(a, b, sa, sb), rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.generation("trn2")
+@pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E5M2, E4M3)], ids=["e4m3", "e5m2xe4m3"])
+def test_trn2_refuses_e4m3fn_operands_naming_the_generation_and_the_fix(device, strict, dtypes):
+    a, b, sa, sb = on(device, *operands(16, 32, 16, *dtypes))
+    before = torch.neuron.memory_allocated()
+    message = r"float8_e4m3fn operands do not run on the TensorE of trn2 .*NCC_EVRF051.*generation:trn3"
+    with pytest.raises(TypeError, match=r"torch\._scaled_mm on neuron: " + message):
+        torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"torch\._scaled_mm_v2 on neuron: " + message):
+        torch.ops.aten._scaled_mm_v2(a, b, [sa], [0], [], [sb], [0], [], None, torch.bfloat16, [], False)
+    assert torch.neuron.memory_allocated() == before and torch_neuronx.get_fallback_ops() == {}
+    e5m2 = on(device, *operands(16, 32, 16, E5M2, E5M2))  # the device stays usable
+    torch.testing.assert_close(torch._scaled_mm(*e5m2, out_dtype=torch.float32).cpu(),
+                               dequantized(*operands(16, 32, 16, E5M2, E5M2), out_dtype=torch.float32), rtol=0, atol=0)

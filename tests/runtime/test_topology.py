@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from torch_neuronx.runtime import topology as topo_mod
+from torch_neuronx.runtime import current_topology, topology as topo_mod
 from torch_neuronx.runtime.topology import from_env, parse_core_list
 
 GiB = 1 << 30
@@ -322,3 +322,10 @@ def test_importing_torch_with_the_backend_starts_no_thread_or_process_and_keeps_
     threads, children, multithreading, imported = loaded.stdout.split()
     assert imported == "True" and multithreading == "True" and children == "0"
     assert threads == without.stdout.split()[0]
+
+
+@pytest.mark.generation("trn3")
+def test_a_test_marked_for_another_generation_runs_in_a_process_simulating_it():
+    # tests/conftest.py runs it in a child pytest process with TORCH_NEURONX_SIM_CONF=generation:trn3.
+    assert current_topology().generation == "trn3"
+    assert current_topology().hbm_bytes_per_core == 36 * GiB  # a trn3 logical core's

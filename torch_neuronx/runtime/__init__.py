@@ -18,6 +18,8 @@ def configure(topology: Topology) -> None:
                   hbm_bytes_per_core=topology.hbm_bytes_per_core, launch_blocking=topology.launch_blocking,
                   capture_stack=topology.capture_stack, max_inflight=topology.max_inflight,
                   inline_kernels=topology.inline_kernels)
+    _C._set_tensor_engine_float8(topology.generation,
+                                 [getattr(torch, name) for name in topology.chip.tensor_float8])
     _topology = topology
 
 

@@ -26,6 +26,7 @@ SOURCES: Mapping[str, str] = MappingProxyType({
     "[N4]": "about-neuron/arch/neuron-hardware/neuron-core-v4.rst (NeuronCore-v4)",
     "[K2]": "nki/guides/architecture/trainium2_arch.rst (Trainium2 Architecture Guide for NKI)",
     "[K3]": "nki/guides/architecture/trainium3_arch.rst (Trainium3 Architecture Guide for NKI)",
+    "[E51]": "compiler/error-codes/EVRF051.rst (NCC_EVRF051: F8E4M3FN is not supported on TRN1/TRN2)",
     "[P1]": "github.com/tsaol/aws-gpu data/*_instances.js (instances.vantage.sh's AWS on-demand prices)",
 })
 
@@ -44,6 +45,7 @@ class Chip:
     physical_cores: int
     # Per physical NeuronCore.
     tensor_flops: Mapping[str, float]      # dense TensorE FLOP/s by rate class (BF16, FP32, FP8, MX)
+    tensor_float8: tuple[str, ...]         # the torch float8 dtypes TensorE multiplies
     vector_flops: float                    # VectorE FP32 FLOP/s
     scalar_flops: float                    # ScalarE FP32 FLOP/s
     gpsimd_flops: float                    # GpSimd FLOP/s (ASSUMED: not published)
@@ -80,6 +82,9 @@ TRN1 = Chip(
     # 23 TFLOPS for FP32" per NeuronCore-v2 ([T1] rounds the chip to 190 and 47.5); cFP8 runs at
     # the BF16 rate.
     tensor_flops=_frozen(**{BF16: 92e12, FP32: 23e12, FP8: 92e12}),
+    # cFP8's E4M3 has infinities and a max of 240: not torch's OCP float8_e4m3fn, which the
+    # compiler refuses before trn3 [E51]; E5M2 is torch's float8_e5m2.
+    tensor_float8=("float8_e5m2",),
     vector_flops=2.3e12,  # [N2] "The VectorEngine ... delivers 2.3 TFLOPS of FP32 computations"
     scalar_flops=2.9e12,  # [N2] "The ScalarEngine ... delivers 2.9 TFLOPS of FP32 computations"
     gpsimd_flops=0.575e12,  # not published: a quarter of VectorE, as for trn2
@@ -94,13 +99,14 @@ TRN1 = Chip(
     dma_bytes_per_s=1e12,   # [T1] "1 TB/sec of DMA bandwidth"
     # [T2]'s comparison table: "Inter-chip Interconnect (GB/sec/chip) - 384 - 1280" (Trainium, Trainium2).
     interconnect_bytes_per_s=0.384e12,
-    sources=("[T1]", "[N2]", "[K1]", "[T2]"),
+    sources=("[T1]", "[N2]", "[K1]", "[T2]", "[E51]"),
 )
 
 TRN2 = Chip(
     name="trn2", neuron_core=3, physical_cores=8,  # [T2] eight NeuronCore-v3
     # [K2]/[N3]: "158 FP8, 79 BF16/FP16/TF32 and 20 FP32 dense TFLOPS" per NeuronCore-v3 TensorE.
     tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 158e12}),
+    tensor_float8=("float8_e5m2",),  # as trn1's [E51]
     vector_flops=1.0e12,  # [K2]/[N3] "Vector Engine delivers a total of 1.0 TFLOPS of FP32"
     scalar_flops=1.2e12,  # [N3] "Scalar Engines ... deliver a total of 1.2 TFLOPS of FP32"
     # No published GpSimd rate (eight 512-bit general-purpose processors): assumed a quarter
@@ -119,7 +125,7 @@ TRN2 = Chip(
     hbm_bytes_per_s=2.9e12,
     dma_bytes_per_s=3.5e12,  # [T2] "3.5 TB/sec of DMA bandwidth"
     interconnect_bytes_per_s=1.28e12,  # [T2] NeuronLink-v3, 1.28 TB/sec per chip
-    sources=("[T2]", "[N3]", "[K2]"),
+    sources=("[T2]", "[N3]", "[K2]", "[E51]"),
 )
 
 TRN3 = Chip(
@@ -129,6 +135,7 @@ TRN3 = Chip(
     # and nc_matmul keeps FP8 double_row on NeuronCore-v4, so plain FP8 runs at 2x BF16 (158) and
     # only the MX formats at 4x ([T3]'s 2,517 FP8 chip TFLOPS = 8 x 315 is the MXFP8 rate).
     tensor_flops=_frozen(**{BF16: 79e12, FP32: 20e12, FP8: 158e12, MX: 315e12}),
+    tensor_float8=("float8_e4m3fn", "float8_e5m2"),  # [E51] "natively supported on Trainium3"
     vector_flops=1.2e12,  # [N4]/[K3] "Vector Engine delivers a total of 1.2 TFLOPS of FP32"
     scalar_flops=1.2e12,  # [N4] "Scalar Engines ... deliver a total of 1.2 TFLOPS of FP32"
     # Not published either ([K3] gives a 128 elements/cycle data path at 1.2 GHz, no FLOP rate):
@@ -148,7 +155,7 @@ TRN3 = Chip(
     hbm_bytes_per_s=4.9e12,
     dma_bytes_per_s=4.9e12,  # [T3] "4.9 TB/sec of DMA bandwidth"
     interconnect_bytes_per_s=2.56e12,  # [T3] NeuronLink-v4, 2.56 TB/sec per device
-    sources=("[T3]", "[N4]", "[K3]"),
+    sources=("[T3]", "[N4]", "[K3]", "[E51]"),
 )
 
 CHIPS: Mapping[str, Chip] = MappingProxyType({c.name: c for c in (TRN1, TRN2, TRN3)})
