@@ -5,7 +5,6 @@
 
 #include "generator.h"
 #include "rnn_cells.h"
-#include "scaled_matmul.h"
 
 namespace torch_neuronx {
 
@@ -76,41 +75,6 @@ void histc_out(torch::jit::Stack& s, c10::DeviceIndex) {
   s.push_back(out);
 }
 
-// _scaled_mm's CPU kernel takes oneDNN on AMX hosts (tensorwise scales) and the dequantizing
-// path elsewhere, and the two round differently; on a core it always dequantizes: each operand
-// to fp32 times its scale, an fp32 matmul, the bias added in fp32, one rounding to the output
-// dtype (the TensorE's fp32 accumulation), by running _scaled_mm_v2, whose CPU kernel is that
-// path on every host. Tensorwise scales have one element, rowwise ones a row or column each.
-void scaled_mm_as_v2(torch::jit::Stack& s) {
-  const at::Tensor mat_a = s[0].toTensor(), mat_b = s[1].toTensor();
-  const at::Tensor scale_a = s[2].toTensor(), scale_b = s[3].toTensor();
-  const c10::IValue bias = s[4];
-  check_scaled_matmul("torch._scaled_mm", mat_a, mat_b, !s[5].isNone());
-  const auto out_dtype = s[6].isNone() ? mat_a.scalar_type() : s[6].toScalarType();
-  const bool fast_accum = s[7].toBool();
-  const auto recipe = [](const at::Tensor& scale) {
-    return std::vector<int64_t>{scale.numel() == 1 ? 0 : 1};  // ScalingType::TensorWise / RowWise
-  };
-  s.clear();
-  s.emplace_back(mat_a);
-  s.emplace_back(mat_b);
-  s.emplace_back(std::vector<at::Tensor>{scale_a});
-  s.emplace_back(recipe(scale_a));
-  s.emplace_back(std::vector<int64_t>{});
-  s.emplace_back(std::vector<at::Tensor>{scale_b});
-  s.emplace_back(recipe(scale_b));
-  s.emplace_back(std::vector<int64_t>{});
-  s.push_back(bias);
-  s.emplace_back(out_dtype);
-  s.emplace_back(std::vector<int64_t>{});
-  s.emplace_back(fast_accum);
-}
-
-// _scaled_mm_v2 called directly: its own CPU kernel, after the same TensorE check.
-void check_scaled_mm_v2(torch::jit::Stack& s) {
-  check_scaled_matmul("torch._scaled_mm_v2", s[0].toTensor(), s[1].toTensor(), false);
-}
-
 }  // namespace
 
 const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
@@ -119,8 +83,10 @@ const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
       {"aten::convolution_backward_overrideable", {"aten::convolution_backward", &insert_bias_sizes, nullptr}},
       {"aten::native_dropout", {nullptr, nullptr, &dropout_on_core_generator}},
       {"aten::histc", {nullptr, nullptr, &histc}},
-      {"aten::_scaled_mm", {"aten::_scaled_mm_v2", &scaled_mm_as_v2, nullptr}},
-      {"aten::_scaled_mm_v2", {"aten::_scaled_mm_v2", &check_scaled_mm_v2, nullptr}},
+      // The device's scaled matmuls (scaled_matmul.cpp): one dequantizing kernel on every host.
+      {"aten::_scaled_mm", {"torch_neuronx::scaled_mm", nullptr, nullptr}},
+      {"aten::_scaled_mm_v2", {"torch_neuronx::scaled_mm_v2", nullptr, nullptr}},
+      {"aten::_scaled_grouped_mm", {"torch_neuronx::scaled_grouped_mm", nullptr, nullptr}},
       {"aten::histc.out", {nullptr, nullptr, &histc_out}},
       {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
       {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},

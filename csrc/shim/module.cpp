@@ -75,11 +75,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_configure", &configure, py::kw_only(), py::arg("generation"), py::arg("logical_nc_config"),
         py::arg("num_chips"), py::arg("visible_cores"), py::arg("hbm_bytes_per_core"), py::arg("launch_blocking"),
         py::arg("capture_stack"), py::arg("max_inflight"), py::arg("inline_kernels"));
-  m.def("_set_tensor_engine_float8", &set_tensor_engine_float8, py::arg("generation"), py::arg("dtypes"));
-  m.def("_check_scaled_matmul", [](const std::string& op, const at::Tensor& a, const at::Tensor& b, bool scale_result) {
-    HANDLE_TH_ERRORS { check_scaled_matmul(op.c_str(), a, b, scale_result); }
-    END_HANDLE_TH_ERRORS_PYBIND
-  });
+  m.def("_set_tensor_engine_formats", &set_tensor_engine_formats, py::arg("generation"), py::arg("float8"),
+        py::arg("mx"));
   m.def("_device_count", [&rt] { return rt.device_count(); });
   m.def("_is_initialized", [&rt] { return rt.is_initialized(); });
   m.def("_in_bad_fork", [&rt] { return rt.in_bad_fork(); });

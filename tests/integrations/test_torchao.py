@@ -316,3 +316,72 @@ def test_the_hardware_check_is_wrapped_once_and_still_refuses_without_neuron(mon
     if not torch.cuda.is_available() and not torch.xpu.is_available():
         with pytest.raises(AssertionError, match="Float8 dynamic quantization requires"):
             inference._check_hardware_support((PerTensor(), PerTensor()))
+
+
+# ------------------------------------------------------------------------------------- MX (trn3)
+def mx_model() -> torch.nn.Module:
+    # No biases: TorchAO's MXFP8 training linear leaves them without gradients on every device.
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128, bias=False), torch.nn.GELU(),
+                               torch.nn.Linear(128, 64, bias=False)).to(torch.bfloat16)
+
+
+def mx_inference(dtype, kernel_preference=None):
+    from torchao.prototype.mx_formats import MXDynamicActivationMXWeightConfig
+    from torchao.quantization.quantize_.common import KernelPreference
+    return MXDynamicActivationMXWeightConfig(activation_dtype=dtype, weight_dtype=dtype,
+                                             kernel_preference=kernel_preference or KernelPreference.AUTO)
+
+
+@pytest.mark.generation("trn3")
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float4_e2m1fn_x2], ids=["mxfp8", "mxfp4"])
+def test_mx_inference_runs_the_block_scaled_matmul_on_trn3(device, strict, dtype):
+    from torchao.quantization.quantize_.common import KernelPreference
+    dev, cpu = mx_model().to(device), mx_model()
+    quantize_(dev, mx_inference(dtype))  # AUTO: torch._scaled_mm / scaled_mm with E8M0 block scales
+    quantize_(cpu, mx_inference(dtype, KernelPreference.EMULATED))  # dequantize, then a bf16 matmul
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    torch_neuronx.clear_op_tracking()
+    out = dev(x.to(device)).cpu()
+    # The emulated recipe dequantizes exactly into bf16 and the bf16 matmul accumulates in fp32
+    # and rounds once, as the device's MX kernel does: equal bit for bit.
+    torch.testing.assert_close(out, cpu(x), rtol=0, atol=0)
+    assert {"aten::_scaled_mm", "aten::_scaled_mm_v2"} & set(torch_neuronx.get_executed_ops())
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.generation("trn3")
+@pytest.mark.parametrize("wgrad_with_hp", [False, True], ids=["mxfp8", "mxfp8-wgrad-hp"])
+def test_mxfp8_training_runs_on_trn3_and_matches_the_emulated_recipe(device, strict, wgrad_with_hp):
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+    auto = MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL)
+    emulated = MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL)
+    dev, cpu = mx_model().to(device), mx_model()
+    quantize_(dev, dataclasses.replace(auto, wgrad_with_hp=wgrad_with_hp))
+    quantize_(cpu, dataclasses.replace(emulated, wgrad_with_hp=wgrad_with_hp))
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    expected = train_step(cpu, x)
+    torch_neuronx.clear_op_tracking()
+    out = train_step(dev, x.to(device))
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
+    assert torch_neuronx.get_executed_ops().get("aten::_scaled_mm", 0) >= 4  # forward and backward gemms
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.generation("trn2")
+def test_mx_is_refused_on_trn2_naming_trn3_and_the_emulated_choice(device, strict):
+    from torchao.quantization.quantize_.common import KernelPreference
+    dev = mx_model().to(device)
+    quantize_(dev, mx_inference(torch.float4_e2m1fn_x2))
+    x = torch.randn(16, 64, dtype=torch.bfloat16, device=device)
+    with pytest.raises(TypeError, match=r"MX \(block-scaled\) matmuls run on NeuronCore-v4's TensorE, not on "
+                                        r"trn2's.*generation:trn3.*KernelPreference.EMULATED"):
+        dev(x)
+    emulated = mx_model().to(device)  # the emulated kernel choice runs on every generation
+    quantize_(emulated, mx_inference(torch.float4_e2m1fn_x2, KernelPreference.EMULATED))
+    cpu = mx_model()
+    quantize_(cpu, mx_inference(torch.float4_e2m1fn_x2, KernelPreference.EMULATED))
+    torch.testing.assert_close(emulated(x).cpu(), cpu(x.cpu()), rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}

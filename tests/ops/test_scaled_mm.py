@@ -156,3 +156,197 @@ def test_trn2_refuses_e4m3fn_operands_naming_the_generation_and_the_fix(device, 
     e5m2 = on(device, *operands(16, 32, 16, E5M2, E5M2))  # the device stays usable
     torch.testing.assert_close(torch._scaled_mm(*e5m2, out_dtype=torch.float32).cpu(),
                                dequantized(*operands(16, 32, 16, E5M2, E5M2), out_dtype=torch.float32), rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- MX (block scales)
+def swizzled(scales: torch.Tensor) -> torch.Tensor:
+    """[rows, blocks] E8M0 scales in cuBLAS's 32_4_4 layout (TorchAO's to_blocked, written out)."""
+    rows, blocks = scales.shape
+    padded = torch.zeros((rows + 127) // 128 * 128, (blocks + 3) // 4 * 4, dtype=torch.uint8)
+    padded[:rows, :blocks] = scales.view(torch.uint8)
+    tiles = padded.view(-1, 128, padded.shape[1] // 4, 4).permute(0, 2, 1, 3)
+    return tiles.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1).view(torch.float8_e8m0fnu)
+
+
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def mx_operand(rows: int, k: int, dtype, seed: int):
+    """Random MX data [rows, K] (fp4: packed two a byte, low nibble first) with [rows, K/32]
+    E8M0 scales, and its values in fp32."""
+    g = torch.Generator().manual_seed(seed)
+    exponents = torch.randint(120, 134, (rows, k // 32), generator=g, dtype=torch.uint8)
+    factors = torch.exp2(exponents.float() - 127).repeat_interleave(32, 1)
+    if dtype == torch.float4_e2m1fn_x2:
+        codes = torch.randint(0, 16, (rows, k), generator=g, dtype=torch.uint8)
+        data = (codes[:, 0::2] | codes[:, 1::2] << 4).view(torch.float4_e2m1fn_x2)
+        values = E2M1[codes.long()]
+    else:
+        data = (torch.randn(rows, k, generator=g) * 3).to(dtype)
+        values = data.float()
+    return data, exponents.view(torch.float8_e8m0fnu), values * factors
+
+
+MX_DTYPES = [E4M3, E5M2, torch.float4_e2m1fn_x2]
+
+
+@pytest.mark.parametrize("dtype", MX_DTYPES, ids=["mxfp8-e4m3", "mxfp8-e5m2", "mxfp4"])
+@pytest.mark.parametrize("api", ["_scaled_mm", "scaled_mm-swizzled", "scaled_mm-unswizzled"])
+def test_mx_matmul_equals_the_block_dequantized_product(device, strict, dtype, api):
+    m, k, n = 48, 128, 40
+    a, sa, va = mx_operand(m, k, dtype, seed=1)
+    bt, sb, vb = mx_operand(n, k, dtype, seed=2)
+    bias = torch.randn(n).to(torch.bfloat16)
+    expected = (va @ vb.t() + bias.float()).to(torch.bfloat16)  # fp32 products, one rounding
+    a, b, bias = a.to(device), bt.to(device).t(), bias.to(device)  # b: [K, N] column-major
+    if api == "_scaled_mm":
+        if dtype == torch.float4_e2m1fn_x2:
+            pytest.skip("torch._scaled_mm takes MXFP8; MXFP4 goes through F.scaled_mm")
+        out = torch._scaled_mm(a, b, swizzled(sa).to(device), swizzled(sb).to(device), bias=bias,
+                               out_dtype=torch.bfloat16)
+    else:
+        swizzle = api.endswith("-swizzled")
+        scale = (lambda s: swizzled(s).to(device)) if swizzle else (lambda s: s.reshape(-1).to(device))
+        block, kind = F.ScalingType.BlockWise1x32, F.SwizzleType.SWIZZLE_32_4_4 if swizzle else F.SwizzleType.NO_SWIZZLE
+        out = F.scaled_mm(a, b, scale_a=scale(sa), scale_recipe_a=block, scale_b=scale(sb), scale_recipe_b=block,
+                          swizzle_a=kind, swizzle_b=kind, bias=bias, output_dtype=torch.bfloat16)
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_mx_bad_input_is_refused_and_the_device_stays_usable(device, strict):
+    a, sa, _ = mx_operand(16, 64, E4M3, seed=1)
+    bt, sb, _ = mx_operand(16, 64, E4M3, seed=2)
+    a, b = a.to(device), bt.to(device).t()
+    with pytest.raises(RuntimeError, match=r"scale_a has 2 E8M0 scales; MX blocks of 32 over 16 x 64 values take 512"):
+        torch._scaled_mm(a, b, sa.reshape(-1)[:2].to(device), swizzled(sb).to(device), out_dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="MX blocks are 32 values along K; K = 48"):
+        torch._scaled_mm(a[:, :48].contiguous(), b[:48], swizzled(sa[:, :2]).to(device),
+                         swizzled(sb[:, :2]).to(device), out_dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="MX operands are float8_e4m3fn, float8_e5m2 .* got bfloat16"):
+        torch._scaled_mm(a.to(torch.bfloat16), b.to(torch.bfloat16), swizzled(sa).to(device),
+                         swizzled(sb).to(device), out_dtype=torch.bfloat16)
+    out = torch._scaled_mm(a, b, swizzled(sa).to(device), swizzled(sb).to(device), out_dtype=torch.float32)
+    assert out.shape == (16, 16) and torch_neuronx.get_fallback_ops() == {}
+
+
+def test_mx_compiled_equals_eager(device, strict):
+    a, sa, _ = mx_operand(32, 64, E4M3, seed=1)
+    bt, sb, _ = mx_operand(32, 64, E4M3, seed=2)
+    args = a.to(device), bt.to(device).t(), swizzled(sa).to(device), swizzled(sb).to(device)
+    fn = lambda a, b, sa, sb: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="neuron")(*args)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled.cpu(), fn(*args).cpu(), rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------- grouped
+def rowwise_operands(g, rows: int, k: int, dtype=E4M3):
+    data = (torch.randn(rows, k, generator=g) * 3).to(dtype)
+    return data, torch.rand(rows, generator=g) + 0.5
+
+
+def test_scaled_grouped_mm_2d_x_3d_equals_group_by_group(device, strict):
+    """The MoE layout: tokens [M, K] grouped by expert along M, expert weights [G, K, N]."""
+    g = torch.Generator().manual_seed(0)
+    offs = torch.tensor([16, 16, 48, 64], dtype=torch.int32)  # one empty group
+    a, sa = rowwise_operands(g, 64, 32)
+    experts = [rowwise_operands(g, 24, 32) for _ in range(4)]  # each [N, K], transposed below
+    b = torch.stack([w for w, _ in experts]).transpose(-2, -1)  # [G, K, N] column-major
+    sb = torch.stack([s for _, s in experts])
+    out = torch._scaled_grouped_mm(*on(device, a, b, sa, sb, offs), out_dtype=torch.bfloat16)
+    starts = [0, *offs.tolist()[:-1]]
+    expected = torch.cat([dequantized(a[s:e], b[i], sa[s:e, None], sb[i][None, :])
+                          for i, (s, e) in enumerate(zip(starts, offs.tolist()))])
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_scaled_grouped_mm_3d_x_3d_and_2d_x_2d_and_3d_x_2d_equal_group_by_group(device, strict):
+    g = torch.Generator().manual_seed(1)
+    # 3D x 3D: a batch of independent products.
+    a = torch.stack([rowwise_operands(g, 16, 32)[0] for _ in range(3)])
+    sa = torch.rand(3, 16, generator=g) + 0.5
+    b = torch.stack([rowwise_operands(g, 8, 32)[0] for _ in range(3)]).transpose(-2, -1)
+    sb = torch.rand(3, 8, generator=g) + 0.5
+    out = torch._scaled_grouped_mm(*on(device, a, b, sa, sb), out_dtype=torch.bfloat16)
+    expected = torch.stack([dequantized(a[i], b[i], sa[i, :, None], sb[i][None, :]) for i in range(3)])
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    # 2D x 2D: K grouped (weight gradients of an MoE), a [G, M, N] result.
+    offs = torch.tensor([32, 64, 64, 96], dtype=torch.int32)
+    a2 = (torch.randn(16, 96, generator=g) * 3).to(E4M3)
+    b2 = (torch.randn(8, 96, generator=g) * 3).to(E4M3).t()
+    sa2, sb2 = torch.rand(4 * 16, generator=g) + 0.5, torch.rand(4 * 8, generator=g) + 0.5
+    out = torch._scaled_grouped_mm(*on(device, a2, b2, sa2, sb2, offs), out_dtype=torch.bfloat16)
+    starts = [0, *offs.tolist()[:-1]]
+    expected = torch.stack([
+        dequantized(a2[:, s:e], b2[s:e], sa2[i * 16:(i + 1) * 16, None], sb2[None, i * 8:(i + 1) * 8])
+        if e > s else torch.zeros(16, 8, dtype=torch.bfloat16)
+        for i, (s, e) in enumerate(zip(starts, offs.tolist()))])
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    # 3D x 2D: N grouped.
+    offs = torch.tensor([8, 24], dtype=torch.int32)
+    a3 = torch.stack([rowwise_operands(g, 16, 32)[0] for _ in range(2)])
+    sa3 = torch.rand(2, 16, generator=g) + 0.5
+    b3 = (torch.randn(24, 32, generator=g) * 3).to(E4M3).t()
+    sb3 = torch.rand(24, generator=g) + 0.5
+    out = torch._scaled_grouped_mm(*on(device, a3, b3, sa3, sb3, offs), out_dtype=torch.bfloat16)
+    expected = torch.cat([dequantized(a3[0], b3[:, :8], sa3[0, :, None], sb3[None, :8]),
+                          dequantized(a3[1], b3[:, 8:], sa3[1, :, None], sb3[None, 8:])], dim=1)
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+def test_scaled_grouped_mm_compiled_equals_eager_and_bad_input_is_refused(device, strict):
+    g = torch.Generator().manual_seed(2)
+    offs = torch.tensor([8, 32], dtype=torch.int32)
+    a, sa = rowwise_operands(g, 32, 32)
+    b = torch.stack([rowwise_operands(g, 16, 32)[0] for _ in range(2)]).transpose(-2, -1)
+    sb = torch.rand(2, 16, generator=g) + 0.5
+    args = on(device, a, b, sa, sb, offs)
+    fn = lambda a, b, sa, sb, offs: torch._scaled_grouped_mm(a, b, sa, sb, offs, out_dtype=torch.bfloat16)  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="neuron")(*args)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled.cpu(), fn(*args).cpu(), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="offs has 3 groups, mat_b 2"):
+        torch._scaled_grouped_mm(*args[:4], torch.tensor([8, 16, 32], dtype=torch.int32, device=device),
+                                 out_dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="bias is not supported"):
+        torch._scaled_grouped_mm(*args, bias=torch.zeros(16, device=device), out_dtype=torch.bfloat16)
+    torch.testing.assert_close(fn(*args).cpu(), compiled.cpu(), rtol=0, atol=0)  # still usable
+
+
+def test_the_profiler_costs_mx_at_the_mx_rate_and_counts_fp4_k(device, tmp_path):
+    import pyarrow.parquet as pq
+    from torch.profiler import ProfilerActivity, profile
+
+    from nki.simulator.cost_model import tensor_rate
+    from torch_neuronx.profiling import NeuronConfig, NeuronProfiler, cost_model
+    from torch_neuronx.profiling.graph_estimate import Assumptions
+    m = k = n = 1024
+    a, sa, _ = mx_operand(m, k, torch.float4_e2m1fn_x2, seed=1)
+    bt, sb, _ = mx_operand(n, k, torch.float4_e2m1fn_x2, seed=2)
+    block = F.ScalingType.BlockWise1x32
+    fp4 = lambda: F.scaled_mm(a.to(device), bt.to(device).t(), scale_a=sa.reshape(-1).to(device),  # noqa: E731
+                              scale_recipe_a=block, scale_b=sb.reshape(-1).to(device), scale_recipe_b=block,
+                              output_dtype=torch.bfloat16)
+    x16 = torch.randn(m, k, dtype=torch.bfloat16, device=device)
+    fp4(), x16 @ x16
+    torch.neuron.synchronize()
+    nc = NeuronConfig(profile_output_dir=tmp_path)
+    exporter = NeuronProfiler(nc)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], experimental_config=nc,
+                 on_trace_ready=exporter.export_trace):
+        fp4(), x16 @ x16
+        torch.neuron.synchronize()
+    ops = {r["op_name"]: r for r in pq.read_table(exporter.last_output_dir / "FrameworkOp.parquet").to_pylist()}
+    mx, bf16 = ops["aten::_scaled_mm_v2"], ops["aten::mm"]
+    assert mx["estimated_engine"] == "TensorE"
+    assert mx["estimated_flops"] == bf16["estimated_flops"] == 2 * m * k * n  # fp4's packed K counted twice
+    hw = cost_model.hardware(nc.target)
+    fixed = Assumptions().kernel_overhead_s * 1e6
+    ratio = (mx["estimated_chip_time_us"] - fixed) / (bf16["estimated_chip_time_us"] - fixed)
+    assert ratio == pytest.approx(tensor_rate(hw, "bfloat16") / tensor_rate(hw, "mx"))
+    assert tensor_rate(hw, "mx") / tensor_rate(hw, "bfloat16") == pytest.approx(4, rel=0.01)  # trn3: 315 / 79

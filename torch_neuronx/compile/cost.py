@@ -17,7 +17,9 @@ count) and kept under the kernel's name:
 """
 from __future__ import annotations
 
+import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +106,27 @@ def count(gm: fx.GraphModule) -> GraphCost:
     return GraphCost(flops, moved, tuple(failed), tuple(ops))
 
 
+_SCALED_MATMULS = {"_scaled_mm", "_scaled_mm_v2", "_scaled_grouped_mm",  # aten's, and the device's
+                   "scaled_mm", "scaled_mm_v2", "scaled_grouped_mm"}
+
+
+def scaled_matmul_cost(name: str, inputs: list[tuple[Sequence[int], str]], output: Sequence[int]
+                       ) -> tuple[int, str] | None:
+    """(TensorE FLOPs, the dtype whose TensorE rate applies) of a scaled matmul, None for another
+    operator. ``inputs``: (shape, dtype name: torch's or c10's) of its tensor arguments in order; ``output``:
+    its result's shape. PyTorch's FLOP counter has a formula for ``_scaled_mm`` only, which counts
+    an fp4 operand's packed K once: here K is the values', the rate is the MX one (``"mx"``) when
+    E8M0 block scales come with the operands, and a grouped matmul counts its groups' products."""
+    if name.rpartition("::")[2].split(".")[0] not in _SCALED_MATMULS or len(inputs) < 2:
+        return None
+    (a, a_dtype), (b, _) = inputs[0], inputs[1]
+    k = a[-1] * (2 if a_dtype.lower() == "float4_e2m1fn_x2" else 1)
+    # A grouped 2D x 2D product groups K: its [G, M, N] result's groups share a's K between them.
+    products = math.prod(output[1:]) if len(a) == len(b) == 2 and len(output) == 3 else math.prod(output)
+    block_scaled = any(dtype.lower() == "float8_e8m0fnu" for _, dtype in inputs[2:])
+    return 2 * products * k, "mx" if block_scaled else a_dtype
+
+
 def _op(node: fx.Node, of: Any, failed: list[str]) -> Op | None:
     """One node as the cost model's operator: its FLOPs (a matrix operator) or the elements it
     writes, and what it reads and writes; None for a node without tensors."""
@@ -115,6 +138,11 @@ def _op(node: fx.Node, of: Any, failed: list[str]) -> Op | None:
     writes = ((of(node), sum(_bytes(v) for v in outputs)),)
     first = next((n.meta["val"] for n in inputs), outputs[0])
     dtype = str(first.dtype).removeprefix("torch.")
+    name = node.target.name() if isinstance(node.target, torch._ops.OpOverload) else str(node.target)
+    tensors = [(n.meta["val"].shape, str(n.meta["val"].dtype).removeprefix("torch.")) for n in inputs]
+    scaled = scaled_matmul_cost(name, tensors, outputs[0].shape)
+    if scaled is not None:
+        return Op(str(node.target), MATMUL, scaled[0], 0, scaled[1], reads, writes, "forward")
     formula = flop_registry.get(getattr(node.target, "overloadpacket", node.target))
     if formula is not None:
         args, kwargs = _val(node.args), _val(node.kwargs)

@@ -15,7 +15,7 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .. import _C
+from .. import _C  # noqa: F401  (defines the torch_neuronx operators)
 from .flex_attention import decompose_to_dense
 
 
@@ -97,31 +97,13 @@ def _histc_of_integers(input: torch.Tensor, bins: int = 100, min: Any = 0, max: 
     return torch.ops.aten.histc.default(input.double(), bins, min, max).to(input.dtype)
 
 
-def _scaled_mm_dequantizing(self: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
-                            bias: Any = None, scale_result: Any = None, out_dtype: Any = None,
-                            use_fast_accum: bool = False) -> Any:
-    """_scaled_mm as eager runs it on a core (csrc/shim/host_substitutes.cpp): the TensorE's float8
-    formats checked, then _scaled_mm_v2, whose CPU kernel dequantizes on every host (the host's
-    _scaled_mm takes oneDNN on AMX hosts and rounds differently)."""
-    _C._check_scaled_matmul("torch._scaled_mm", self, mat2, scale_result is not None)
-    return torch.ops.aten._scaled_mm_v2.default(
-        self, mat2, [scale_a], _scaling(scale_a), [], [scale_b], _scaling(scale_b), [], bias,
-        out_dtype if out_dtype is not None else self.dtype, [], use_fast_accum)
-
-
-def _scaling(scale: torch.Tensor) -> list[int]:
-    return [0 if scale.numel() == 1 else 1]  # ScalingType TensorWise / RowWise
-
-
-def _scaled_mm_v2_checked(self: torch.Tensor, mat2: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-    _C._check_scaled_matmul("torch._scaled_mm_v2", self, mat2, False)
-    return NotImplemented
-
-
 _HOST_SUBSTITUTES = {
     torch.ops.aten.histc.default: _histc_of_integers,
-    torch.ops.aten._scaled_mm.default: _scaled_mm_dequantizing,
-    torch.ops.aten._scaled_mm_v2.default: _scaled_mm_v2_checked,
+    # The device's scaled matmuls, as eager runs them (csrc/shim/scaled_matmul.cpp): the host's
+    # _scaled_mm takes oneDNN on AMX hosts and rounds differently, and has no MX or grouped kernel.
+    torch.ops.aten._scaled_mm.default: torch.ops.torch_neuronx.scaled_mm.default,
+    torch.ops.aten._scaled_mm_v2.default: torch.ops.torch_neuronx.scaled_mm_v2.default,
+    torch.ops.aten._scaled_grouped_mm.default: torch.ops.torch_neuronx.scaled_grouped_mm.default,
 }
 
 

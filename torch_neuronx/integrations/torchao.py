@@ -1,6 +1,6 @@
 """What TorchAO lacks for the ``neuron`` device, supplied as its modules load.
 
-Two small adapters, each the change TorchAO itself would take upstream; none of TorchAO's files is
+Three small adapters, each the change TorchAO itself would take upstream; none of TorchAO's files is
 changed, and nothing is different on other devices.
 
 **The float8 hardware check.** ``quantize_(model, Float8DynamicActivationFloat8WeightConfig(...))``
@@ -27,6 +27,14 @@ the clamp, whose float64 ``EPS`` has no float32 twin, becomes a comparison with 
 float32 not below ``EPS`` and the constant ``max / EPS`` rounded on the host. The scale is equal
 bit for bit to TorchAO's float64 one (tests/integrations/test_torchao.py checks it over a million
 values and the edge cases).
+
+**MXFP8 training's casts in PyTorch.** ``MXFP8TrainingOpConfig``'s linear
+(``torchao.prototype.moe_training.mxfp8_linear._to_mxfp8_then_scaled_mm``) hard-codes Triton and
+CUDA kernels for the MX casts of its AUTO kernel choice, which only NVIDIA GPUs have. For ``neuron``
+tensors the adapter asks for TorchAO's PyTorch casts (``MXFP8Dim0CastKernelChoice.TORCH`` and
+``MXFP8Dim1CastKernelChoice.TORCH``, which TorchAO already implements) and keeps everything else:
+the matmuls still reach ``torch._scaled_mm`` with E8M0 block scales, which trn3's TensorE runs
+(the published TorchAO Neuron build casts with a ``quantize_mx`` operator instead).
 """
 from __future__ import annotations
 
@@ -79,6 +87,24 @@ def with_float32_scales(amax_to_scale: Callable[..., torch.Tensor], module: Modu
     return wrapped
 
 
+def with_torch_mx_casts(to_mxfp8_then_scaled_mm: Callable[..., torch.Tensor],
+                        module: ModuleType) -> Callable[..., torch.Tensor]:
+    """``_to_mxfp8_then_scaled_mm`` that casts ``neuron`` tensors with TorchAO's PyTorch kernels."""
+
+    @functools.wraps(to_mxfp8_then_scaled_mm)
+    def wrapped(input_hp: torch.Tensor, weight_hp: torch.Tensor, kernel_preference, scale_calculation_mode,
+                wgrad_with_hp: bool = False) -> torch.Tensor:
+        if input_hp.device.type != "neuron" or kernel_preference != module.KernelPreference.AUTO:
+            return to_mxfp8_then_scaled_mm(input_hp, weight_hp, kernel_preference, scale_calculation_mode,
+                                           wgrad_with_hp)
+        e4m3 = torch.float8_e4m3fn  # the element dtype and block size TorchAO's wrapper fixes
+        return module.mx_mm.apply(input_hp, weight_hp, e4m3, e4m3, e4m3, 32, kernel_preference,
+                                  module.MXFP8Dim0CastKernelChoice.TORCH, module.MXFP8Dim1CastKernelChoice.TORCH,
+                                  scale_calculation_mode, wgrad_with_hp)
+
+    return wrapped
+
+
 def _wrap_once(module: ModuleType, name: str, wrap: Callable[[Callable], Callable]) -> None:
     original = getattr(module, name, None)
     if original is not None and not getattr(original, "__torch_neuronx_wrapped__", False):
@@ -95,7 +121,12 @@ def _patch_float8_utils(module: ModuleType) -> None:
     _wrap_once(module, "amax_to_scale", lambda original: with_float32_scales(original, module))
 
 
+def _patch_mxfp8_linear(module: ModuleType) -> None:
+    _wrap_once(module, "_to_mxfp8_then_scaled_mm", lambda original: with_torch_mx_casts(original, module))
+
+
 def install() -> None:
     """Install the adapters as their TorchAO modules are imported (now, for those already imported)."""
     after_import("torchao.float8.inference", _patch_inference)
     after_import("torchao.float8.float8_utils", _patch_float8_utils)
+    after_import("torchao.prototype.moe_training.mxfp8_linear", _patch_mxfp8_linear)

@@ -689,6 +689,7 @@ LOWERINGS: tuple[Lowering, ...] = (
     # Dequantized on every host (host_substitutes.cpp): not the CPU's oneDNN path on AMX hosts.
     Lowering("aten::_scaled_mm", "async", None, "matmul"),
     Lowering("aten::_scaled_mm_v2", "async", None, "matmul"),
+    Lowering("aten::_scaled_grouped_mm", "async", None, "matmul"),
     Lowering("aten::mm.out", "async", None, "matmul"),
     Lowering("aten::vdot", "async", "out", "matmul"),
     # ---- linalg (45)

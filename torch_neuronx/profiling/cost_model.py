@@ -38,7 +38,7 @@ from torch.utils.flop_counter import flop_registry
 
 from nki.simulator.cost_model import DMA, TENSOR, VECTOR, HardwareConfig, tensor_rate
 
-from ..compile.cost import GraphCost
+from ..compile.cost import GraphCost, scaled_matmul_cost
 from ..distributed.traffic import traffic
 from ..runtime.chips import logical_core
 from . import graph_estimate
@@ -152,7 +152,8 @@ def estimate(name: str, call: dict, hw: HardwareConfig, assumptions: Assumptions
         return None
     bytes_moved = sum(t["bytes"] for t in read + written)
     dtype = (read or written)[0]["dtype"]
-    flops = _flops(name, inputs, outputs)
+    scaled = scaled_matmul_cost(name, [(t["shape"], t["dtype"]) for t in read], written[0]["shape"]) if written else None
+    flops, dtype = scaled if scaled is not None else (_flops(name, inputs, outputs), dtype)
     tensors = lambda ts: tuple((i, t["bytes"]) for i, t in enumerate(ts))  # noqa: E731
     if flops is not None:
         op = Op(name, MATMUL, flops, 0, dtype, tensors(read), tensors(written), "forward")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .. import _C
+from .chips import MX
 from .devices import device_index as _device_index
 from .topology import Topology
 
@@ -18,8 +19,8 @@ def configure(topology: Topology) -> None:
                   hbm_bytes_per_core=topology.hbm_bytes_per_core, launch_blocking=topology.launch_blocking,
                   capture_stack=topology.capture_stack, max_inflight=topology.max_inflight,
                   inline_kernels=topology.inline_kernels)
-    _C._set_tensor_engine_float8(topology.generation,
-                                 [getattr(torch, name) for name in topology.chip.tensor_float8])
+    _C._set_tensor_engine_formats(topology.generation, [getattr(torch, name) for name in topology.chip.tensor_float8],
+                                  MX in topology.chip.tensor_flops)
     _topology = topology
 
 
