@@ -152,7 +152,8 @@ def estimate(name: str, call: dict, hw: HardwareConfig, assumptions: Assumptions
         return None
     bytes_moved = sum(t["bytes"] for t in read + written)
     dtype = (read or written)[0]["dtype"]
-    scaled = scaled_matmul_cost(name, [(t["shape"], t["dtype"]) for t in read], written[0]["shape"]) if written else None
+    described = [(t["shape"], t["dtype"]) for t in read]
+    scaled = scaled_matmul_cost(name, described, written[0]["shape"]) if written else None
     flops, dtype = scaled if scaled is not None else (_flops(name, inputs, outputs), dtype)
     tensors = lambda ts: tuple((i, t["bytes"]) for i, t in enumerate(ts))  # noqa: E731
     if flops is not None:
