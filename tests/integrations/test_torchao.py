@@ -385,3 +385,30 @@ def test_mx_is_refused_on_trn2_naming_trn3_and_the_emulated_choice(device, stric
     quantize_(cpu, mx_inference(torch.float4_e2m1fn_x2, KernelPreference.EMULATED))
     torch.testing.assert_close(emulated(x).cpu(), cpu(x.cpu()), rtol=0, atol=0)
     assert torch_neuronx.get_fallback_ops() == {}
+
+
+# ------------------------------------------------------------------------- a small GPT, N steps
+def float8_gpt():
+    from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT
+    model = TinyGPT(GPTConfig()).to(torch.bfloat16)
+    # lm_head shares the embedding's weight: kept in bf16 (TorchAO's usual filter of the output layer).
+    return convert_to_float8_training(model, module_filter_fn=lambda _, fqn: fqn != "lm_head")
+
+
+@pytest.mark.generation("trn3")
+def test_float8_tiny_gpt_tracks_bf16_and_equals_the_cpu_over_30_steps(device, strict):
+    from torch_neuronx.testing.parity import train
+    from torch_neuronx.testing.tiny_gpt import GPTConfig, TinyGPT, make_batches
+    batches = make_batches(6, 8, 64, 256, seed=0)
+    with cpu_dequantizing_scaled_mm():
+        cpu_losses, cpu_state = train(float8_gpt, batches, "cpu", steps=30)
+    fp8_losses, fp8_state = train(float8_gpt, batches, device, steps=30)
+    bf16_losses, _ = train(lambda: TinyGPT(GPTConfig()).to(torch.bfloat16), batches, device, steps=30)
+    assert fp8_losses == cpu_losses  # the same recipe on the CPU, bit for bit, step after step
+    for name, value in fp8_state.items():
+        torch.testing.assert_close(value, cpu_state[name], rtol=0, atol=0, msg=name)
+    assert fp8_losses[-1] < fp8_losses[0] - 0.5  # it trains
+    # and tracks bf16 training: within 3% of its loss at every step.
+    assert max(abs(f - b) / b for f, b in zip(fp8_losses, bf16_losses)) < 0.03
+    assert torch_neuronx.get_fallback_ops() == {}
+    assert torch_neuronx.get_executed_ops().get("aten::_scaled_mm", 0) >= 30 * 8 * 3  # 8 float8 linears
