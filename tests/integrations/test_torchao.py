@@ -113,17 +113,21 @@ def train_step(module, x):
     return out
 
 
+def float8_pair(config: Float8LinearConfig, device) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The model converted to float8 training, on the CPU and on the device."""
+    cpu, dev = model(), model()
+    convert_to_float8_training(cpu, config=config)
+    convert_to_float8_training(dev, config=config)
+    return cpu, dev.to(device)
+
+
 RECIPES = ["tensorwise", "rowwise", "rowwise_with_gw_hp"]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.generation("trn3")
 def test_float8_training_matches_the_cpu_without_fallback(device, strict, recipe):
-    config = Float8LinearConfig.from_recipe_name(recipe)
-    cpu, dev = model(), model()
-    convert_to_float8_training(cpu, config=config)
-    convert_to_float8_training(dev, config=config)
-    dev = dev.to(device)
+    cpu, dev = float8_pair(Float8LinearConfig.from_recipe_name(recipe), device)
     x = torch.randn(32, 64, dtype=torch.bfloat16)
     with cpu_dequantizing_scaled_mm():
         expected = train_step(cpu, x)
@@ -137,11 +141,7 @@ def test_float8_training_matches_the_cpu_without_fallback(device, strict, recipe
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 @pytest.mark.generation("trn3")
 def test_compiled_float8_training_matches_compiled_cpu(device, strict, recipe):
-    config = Float8LinearConfig.from_recipe_name(recipe)
-    cpu, dev = model(), model()
-    convert_to_float8_training(cpu, config=config)
-    convert_to_float8_training(dev, config=config)
-    dev = dev.to(device)
+    cpu, dev = float8_pair(Float8LinearConfig.from_recipe_name(recipe), device)
     x = torch.randn(32, 64, dtype=torch.bfloat16)
     torch._dynamo.reset()
     out = train_step(torch.compile(dev, backend="neuron"), x.to(device)).cpu()
@@ -238,10 +238,7 @@ def e5m2_config(recipe: str) -> Float8LinearConfig:
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 @pytest.mark.generation("trn2")
 def test_float8_e5m2_training_runs_on_trn2_and_matches_the_cpu(device, strict, recipe):
-    cpu, dev = model(), model()
-    convert_to_float8_training(cpu, config=e5m2_config(recipe))
-    convert_to_float8_training(dev, config=e5m2_config(recipe))
-    dev = dev.to(device)
+    cpu, dev = float8_pair(e5m2_config(recipe), device)
     x = torch.randn(32, 64, dtype=torch.bfloat16)
     with cpu_dequantizing_scaled_mm():
         expected = train_step(cpu, x)

@@ -53,7 +53,8 @@ REQUIRED_SYNC = {
 # No CPU kernel: the shim runs them through a host substitute (csrc/shim/host_substitutes.cpp).
 HOST_SUBSTITUTED = {"aten::convolution_overrideable", "aten::convolution_backward_overrideable",
                     "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_lstm_cell_backward_impl",
-                    "aten::_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell_backward"}
+                    "aten::_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell_backward",
+                    "aten::_scaled_grouped_mm"}  # torch_neuronx::scaled_grouped_mm (no CPU kernel in torch)
 
 
 def _packet_and_overload(op: str) -> tuple[str, str]:
