@@ -14,8 +14,6 @@
 """
 from __future__ import annotations
 
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 
@@ -24,19 +22,6 @@ import torch.nn as nn
 
 import results
 import torch_neuronx  # noqa: F401  (registers the device)
-
-
-def median_ms(call: Callable[[], object], device: torch.device, repeats: int) -> float:
-    """Median wall time of a synchronized call, after three warm-up calls (they build kernels)."""
-    sync = torch.get_device_module(device).synchronize
-    times = []
-    for i in range(repeats + 3):
-        start = time.perf_counter()
-        call()
-        sync()
-        if i >= 3:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def fallback_ops() -> dict[str, tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]]:
@@ -69,13 +54,13 @@ def main() -> None:
     mask = torch.arange(args.seq)[None, :] >= lengths[:, None]  # left-aligned padding
 
     def op_ms(device: torch.device) -> dict[str, float]:
-        return {name: median_ms(lambda: fn(t), device, 10 * args.repeats)
+        return {name: results.median_ms(lambda: fn(t), device, 10 * args.repeats)
                 for name, (t, fn) in ((name, (t.to(device), fn)) for name, (t, fn) in ops.items())}
 
     def encoder_ms(nested: bool, device: torch.device) -> float:
         model, xd, md = encoder(args.width, args.layers, nested).to(device), x.to(device), mask.to(device)
         with torch.no_grad():
-            return median_ms(lambda: model(xd, src_key_padding_mask=md), device, args.repeats)
+            return results.median_ms(lambda: model(xd, src_key_padding_mask=md), device, args.repeats)
 
     # The CPU side first: once the device's worker has its OpenMP team, a host team in the same
     # process runs throttled (docs/architecture.md, "OpenMP teams").

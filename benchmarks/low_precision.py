@@ -23,8 +23,6 @@ import os
 # float8_e4m3fn runs on trn3's TensorE (trn2 refuses it): simulate trn3, before torch loads the backend.
 os.environ["TORCH_NEURONX_SIM_CONF"] = "generation:trn3"
 
-import statistics  # noqa: E402
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import torch  # noqa: E402
@@ -94,18 +92,6 @@ def estimates() -> results.Table:
                          table)
 
 
-def median_ms(step: Callable[[], object], device: str, repeats: int) -> float:
-    sync = torch.get_device_module(device).synchronize
-    times = []
-    for i in range(repeats + 3):  # three warm-up steps build the kernels
-        start = time.perf_counter()
-        step()
-        sync()
-        if i >= 3:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def measured(repeats: int) -> tuple[results.Table, dict[str, str]]:
     from torchao.float8 import convert_to_float8_training
     x, y = make_batches(1, 8, 64, 256)[0]
@@ -135,7 +121,7 @@ def measured(repeats: int) -> tuple[results.Table, dict[str, str]]:
                 model.zero_grad(set_to_none=True)
             slow = (device, recipe) == ("cpu", "fp8")  # the CPU's oneDNN float8 path: seconds a step here
             with torch.backends.mkldnn.flags(enabled=recipe != "fp8 dequantizing"):
-                ms[device, recipe] = median_ms(step, device, 1 if slow else repeats)
+                ms[device, recipe] = results.median_ms(step, device, 1 if slow else repeats)
         overhead = ms["neuron", "fp8"] / ms["cpu", "fp8 dequantizing"]
         rows.append([name, f"{ms['cpu', 'bf16']:.2f}", f"{ms['cpu', 'fp8']:.1f}",
                      f"{ms['cpu', 'fp8 dequantizing']:.2f}", f"{ms['neuron', 'bf16']:.2f}",

@@ -19,8 +19,12 @@ import glob
 import json
 import os
 import re
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(ROOT, "docs", "benchmarks")
@@ -44,6 +48,21 @@ def parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--out", default=RESULTS_DIR,
                    help="directory for <script>.md/.json (default docs/benchmarks, which also updates the docs)")
     return p
+
+
+def median_ms(call: Callable[[], object], device: Any, repeats: int) -> float:
+    """Median wall time in ms of a synchronized ``call()`` on ``device``, after three warm-up calls
+    (they build kernels)."""
+    import torch  # here: refreshing the pages (this file run alone) needs no torch
+    sync = torch.get_device_module(device).synchronize
+    times = []
+    for i in range(repeats + 3):
+        start = time.perf_counter()
+        call()
+        sync()
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
 
 
 def verdict(value: float, target: float) -> str:
