@@ -7,14 +7,13 @@ run in a process simulating trn3 (``@pytest.mark.generation``, tests/conftest.py
 are refused, and the float8_e5m2 recipes run."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import warnings
 
 import pytest
 import torch
 
 import torch_neuronx
+from torch_neuronx.testing.float8_reference import cpu_dequantizing_scaled_mm
 
 torchao = pytest.importorskip("torchao")
 from torchao.float8 import Float8LinearConfig, convert_to_float8_training, float8_utils  # noqa: E402
@@ -43,29 +42,6 @@ def strict():
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).to(torch.bfloat16)
-
-
-def _scaled_mm_v2_kernel(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
-    assert scale_result is None
-    recipe = [[0 if s.numel() == 1 else 1] for s in (scale_a, scale_b)]  # TensorWise / RowWise
-    return torch.ops.aten._scaled_mm_v2(a, b, [scale_a], recipe[0], [], [scale_b], recipe[1], [], bias,
-                                        out_dtype or a.dtype, [], use_fast_accum)
-
-
-@contextlib.contextmanager
-def cpu_dequantizing_scaled_mm():
-    """The CPU reference: PyTorch's CPU kernels as by default, with ``_scaled_mm`` taking its
-    dequantizing path (``_scaled_mm_v2``'s CPU kernel: the device's, on every host) where the CPU
-    build would take oneDNN (AMX hosts, tensorwise scales). Registered through torch.library for
-    the block and removed after; eager and Inductor's CPU code both call it."""
-    library = torch.library.Library("aten", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel": for the block
-        library.impl("_scaled_mm", _scaled_mm_v2_kernel, "CPU")
-    try:
-        yield
-    finally:
-        library._destroy()
 
 
 def dynamic(granularity):
@@ -364,6 +340,49 @@ def test_mxfp8_training_runs_on_trn3_and_matches_the_emulated_recipe(device, str
     for p, q in zip(dev.parameters(), cpu.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
     assert torch_neuronx.get_executed_ops().get("aten::_scaled_mm", 0) >= 4  # forward and backward gemms
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.generation("trn3")
+def test_compiled_mxfp8_training_on_trn3_equals_inductors_emulated_recipe(device, strict):
+    """The compiled recipe computes, pads and swizzles its E8M0 scales in the graph (carried as
+    bytes: compile/bit_carriers.py); Inductor compiles the emulated recipe on the CPU. Both fuse
+    the GELU the same way: equal bit for bit."""
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+    dev, cpu = mx_model().to(device), mx_model()
+    quantize_(dev, MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL))
+    quantize_(cpu, MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_EMULATED_RCEIL))
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    expected = train_step(torch.compile(cpu, backend="inductor"), x)
+    graphs = torch_neuronx.get_dynamo_metrics()["graphs"]
+    out = train_step(torch.compile(dev, backend="neuron"), x.to(device))
+    assert torch_neuronx.get_dynamo_metrics()["graphs"] > graphs
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+    for p, q in zip(dev.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
+    assert torch_neuronx.get_fallback_ops() == {}
+
+
+@pytest.mark.generation("trn3")
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float4_e2m1fn_x2], ids=["mxfp8", "mxfp4"])
+def test_compiled_mx_inference_on_trn3_equals_the_eager_emulated_recipe(device, strict, dtype):
+    """Inductor cannot compile the emulated MX recipe on the CPU (no C++ type for E8M0, PyTorch
+    2.13), so the reference is eager. Two linears without an activation between: a cast of an
+    activation fused into the graph would round unlike eager's bf16 activation."""
+    from torchao.quantization.quantize_.common import KernelPreference
+
+    def linears() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 128, bias=False),
+                                   torch.nn.Linear(128, 64, bias=False)).to(torch.bfloat16)
+
+    dev, cpu = linears().to(device), linears()
+    quantize_(dev, mx_inference(dtype))
+    quantize_(cpu, mx_inference(dtype, KernelPreference.EMULATED))
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = torch.compile(dev, backend="neuron")(x.to(device))
+        torch.testing.assert_close(out.cpu(), cpu(x), rtol=0, atol=0)
     assert torch_neuronx.get_fallback_ops() == {}
 
 

@@ -40,6 +40,13 @@ def dequantized(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16):
     return out.to(out_dtype)
 
 
+def host_scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16):
+    """The CPU's dequantizing ``_scaled_mm`` (oneDNN off): the device's kernel, the same summation
+    order (the written-out reference may sum otherwise, for some layouts, by one ulp)."""
+    with torch.backends.mkldnn.flags(enabled=False):
+        return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=out_dtype)
+
+
 def on(device, *tensors):
     return [t.to(device) if t is not None else None for t in tensors]
 
@@ -103,7 +110,7 @@ def test_bad_scales_and_shapes_raise_and_the_device_stays_usable(device):
     with pytest.raises(RuntimeError, match="scale_result is not supported"):
         torch._scaled_mm(*on(device, a, b, sa, sb), scale_result=torch.tensor(1.0, device=device))
     out = torch._scaled_mm(*on(device, a, b, sa, sb), out_dtype=torch.float32)
-    torch.testing.assert_close(out.cpu(), dequantized(a, b, sa, sb, out_dtype=torch.float32), rtol=0, atol=0)
+    torch.testing.assert_close(out.cpu(), host_scaled_mm(a, b, sa, sb, out_dtype=torch.float32), rtol=0, atol=0)
 
 
 def test_the_profiler_costs_scaled_mm_at_the_fp8_rate(device, tmp_path):
@@ -257,7 +264,7 @@ def test_scaled_grouped_mm_2d_x_3d_equals_group_by_group(device, strict):
     sb = torch.stack([s for _, s in experts])
     out = torch._scaled_grouped_mm(*on(device, a, b, sa, sb, offs), out_dtype=torch.bfloat16)
     starts = [0, *offs.tolist()[:-1]]
-    expected = torch.cat([dequantized(a[s:e], b[i], sa[s:e, None], sb[i][None, :])
+    expected = torch.cat([host_scaled_mm(a[s:e], b[i], sa[s:e, None], sb[i][None, :])
                           for i, (s, e) in enumerate(zip(starts, offs.tolist()))])
     torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
     assert torch_neuronx.get_fallback_ops() == {}
@@ -271,7 +278,7 @@ def test_scaled_grouped_mm_3d_x_3d_and_2d_x_2d_and_3d_x_2d_equal_group_by_group(
     b = torch.stack([rowwise_operands(g, 8, 32)[0] for _ in range(3)]).transpose(-2, -1)
     sb = torch.rand(3, 8, generator=g) + 0.5
     out = torch._scaled_grouped_mm(*on(device, a, b, sa, sb), out_dtype=torch.bfloat16)
-    expected = torch.stack([dequantized(a[i], b[i], sa[i, :, None], sb[i][None, :]) for i in range(3)])
+    expected = torch.stack([host_scaled_mm(a[i], b[i], sa[i, :, None], sb[i][None, :]) for i in range(3)])
     torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
     # 2D x 2D: K grouped (weight gradients of an MoE), a [G, M, N] result.
     offs = torch.tensor([32, 64, 64, 96], dtype=torch.int32)
@@ -281,7 +288,7 @@ def test_scaled_grouped_mm_3d_x_3d_and_2d_x_2d_and_3d_x_2d_equal_group_by_group(
     out = torch._scaled_grouped_mm(*on(device, a2, b2, sa2, sb2, offs), out_dtype=torch.bfloat16)
     starts = [0, *offs.tolist()[:-1]]
     expected = torch.stack([
-        dequantized(a2[:, s:e], b2[s:e], sa2[i * 16:(i + 1) * 16, None], sb2[None, i * 8:(i + 1) * 8])
+        host_scaled_mm(a2[:, s:e], b2[s:e], sa2[i * 16:(i + 1) * 16, None], sb2[None, i * 8:(i + 1) * 8])
         if e > s else torch.zeros(16, 8, dtype=torch.bfloat16)
         for i, (s, e) in enumerate(zip(starts, offs.tolist()))])
     torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
@@ -292,8 +299,8 @@ def test_scaled_grouped_mm_3d_x_3d_and_2d_x_2d_and_3d_x_2d_equal_group_by_group(
     b3 = (torch.randn(24, 32, generator=g) * 3).to(E4M3).t()
     sb3 = torch.rand(24, generator=g) + 0.5
     out = torch._scaled_grouped_mm(*on(device, a3, b3, sa3, sb3, offs), out_dtype=torch.bfloat16)
-    expected = torch.cat([dequantized(a3[0], b3[:, :8], sa3[0, :, None], sb3[None, :8]),
-                          dequantized(a3[1], b3[:, 8:], sa3[1, :, None], sb3[None, 8:])], dim=1)
+    expected = torch.cat([host_scaled_mm(a3[0], b3[:, :8], sa3[0, :, None], sb3[None, :8]),
+                          host_scaled_mm(a3[1], b3[:, 8:], sa3[1, :, None], sb3[None, 8:])], dim=1)
     torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
     assert torch_neuronx.get_fallback_ops() == {}
 

@@ -16,6 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _C  # noqa: F401  (defines the torch_neuronx operators)
+from .bit_carriers import carry_as_bytes
 from .flex_attention import decompose_to_dense
 
 
@@ -124,4 +125,5 @@ def lower_for_host(gm: fx.GraphModule, example_inputs: list[Any], decompositions
         host_inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cpu")
                        if isinstance(x, torch.Tensor) else x for x in example_inputs]
         host_gm = make_fx(gm, {**decompositions, **_HOST_SUBSTITUTES}, tracing_mode="real")(*host_inputs)
+    carry_as_bytes(host_gm)
     return host_gm, host_inputs

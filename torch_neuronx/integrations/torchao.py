@@ -26,7 +26,10 @@ more than 2 x 24 + 2 bits, so the second rounding cannot change the result; and 
 the clamp, whose float64 ``EPS`` has no float32 twin, becomes a comparison with the smallest
 float32 not below ``EPS`` and the constant ``max / EPS`` rounded on the host. The scale is equal
 bit for bit to TorchAO's float64 one (tests/integrations/test_torchao.py checks it over a million
-values and the edge cases).
+values and the edge cases). FSDP2's float8 all-gather has the same float64 division in
+``torchao.float8.fsdp_utils.precompute_float8_dynamic_scale_for_fsdp`` (every weight's scale after
+the optimizer step, with one all-reduce of the amaxes): for ``neuron`` weights the adapter runs the
+same steps with the division in float32, by the same argument equal bit for bit.
 
 **MXFP8 training's casts in PyTorch.** ``MXFP8TrainingOpConfig``'s linear
 (``torchao.prototype.moe_training.mxfp8_linear._to_mxfp8_then_scaled_mm``) hard-codes Triton and
@@ -39,6 +42,7 @@ the matmuls still reach ``torch._scaled_mm`` with E8M0 block scales, which trn3'
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from types import ModuleType
 
@@ -87,6 +91,33 @@ def with_float32_scales(amax_to_scale: Callable[..., torch.Tensor], module: Modu
     return wrapped
 
 
+def with_float32_fsdp_scales(precompute: Callable[[torch.nn.Module], None],
+                             module: ModuleType) -> Callable[[torch.nn.Module], None]:
+    """``precompute_float8_dynamic_scale_for_fsdp`` that divides ``neuron`` weights' scales in float32."""
+
+    @functools.wraps(precompute)
+    @torch.no_grad()
+    def wrapped(model: torch.nn.Module) -> None:
+        from torch.distributed.tensor import DTensor
+        from torchao.float8.float8_linear import Float8Linear
+
+        linears = [m for m in model.modules() if isinstance(m, Float8Linear) and isinstance(m.weight, DTensor)
+                   and isinstance(m.weight._local_tensor, module.WeightWithDynamicFloat8CastTensor)]
+        if not linears or linears[0].weight.device.type != "neuron":
+            return precompute(model)
+        (float8_dtype,) = {m.config.cast_config_weight.target_dtype for m in linears}
+        # TorchAO's steps: the inf-norms (Partial), one all-reduce by the clamp (Replicate).
+        amax = torch.clamp(torch.stack(torch._foreach_norm([m.weight for m in linears], ord=math.inf)),
+                           module.EPS).to_local()
+        scale = torch.full_like(amax, torch.finfo(float8_dtype).max, dtype=torch.float32) / amax.float()
+        if amax.dtype is torch.float16:  # min() commutes with rounding to float32: 65504 is a float32
+            scale = torch.clamp(scale, max=torch.finfo(torch.float16).max)
+        for i, linear in enumerate(linears):
+            linear.weight._local_tensor._precomputed_scale = scale[i]
+
+    return wrapped
+
+
 def with_torch_mx_casts(to_mxfp8_then_scaled_mm: Callable[..., torch.Tensor],
                         module: ModuleType) -> Callable[..., torch.Tensor]:
     """``_to_mxfp8_then_scaled_mm`` that casts ``neuron`` tensors with TorchAO's PyTorch kernels."""
@@ -121,6 +152,11 @@ def _patch_float8_utils(module: ModuleType) -> None:
     _wrap_once(module, "amax_to_scale", lambda original: with_float32_scales(original, module))
 
 
+def _patch_fsdp_utils(module: ModuleType) -> None:
+    _wrap_once(module, "precompute_float8_dynamic_scale_for_fsdp",
+               lambda original: with_float32_fsdp_scales(original, module))
+
+
 def _patch_mxfp8_linear(module: ModuleType) -> None:
     _wrap_once(module, "_to_mxfp8_then_scaled_mm", lambda original: with_torch_mx_casts(original, module))
 
@@ -129,4 +165,5 @@ def install() -> None:
     """Install the adapters as their TorchAO modules are imported (now, for those already imported)."""
     after_import("torchao.float8.inference", _patch_inference)
     after_import("torchao.float8.float8_utils", _patch_float8_utils)
+    after_import("torchao.float8.fsdp_utils", _patch_fsdp_utils)
     after_import("torchao.prototype.moe_training.mxfp8_linear", _patch_mxfp8_linear)
