@@ -225,12 +225,12 @@ def _excluded(ov: torch._ops.OpOverload) -> bool:
 # Repeated: _prelu_kernel_backward is prelu.
 _SUFFIX = re.compile(r"(_backward(_data|_input|_weight)?|_forward(_output|_only)?|_kernel|_jvp|_out)+$")
 _FAMILY_NAMES: dict[str, set[str]] = {
-    # floor_divide has no pointwise tag (its rounding once differed from the other divisions).
-    "elementwise": {"floor_divide"},
+    # floor_divide has no pointwise tag (its rounding once differed from the other divisions); the
+    # shift operators' own overloads (x >> 4 on a tensor) have none either.
+    "elementwise": {"floor_divide", "lshift", "rshift", "ilshift", "irshift"},
     "random": {"native_dropout", "bernoulli", "normal", "uniform", "random", "exponential", "cauchy",
                "log_normal", "geometric", "multinomial", "randperm", "randint", "rand", "randn", "poisson",
                "standard_gamma", "sample_dirichlet", "binomial", "rrelu_with_noise", "dirichlet_grad"},
-    # _scaled_mm stays out: its CPU kernel multiplies float8 operands, a dtype the device does not hold.
     "matmul": {"mm", "bmm", "addmm", "addmv", "addbmm", "baddbmm", "mv", "dot", "vdot", "addr", "int_mm",
                "addmm_activation", "linalg_vecdot", "cross", "linalg_cross"},
     # The transformer inference fast path: nn.TransformerEncoderLayer/MultiheadAttention in eval
@@ -409,7 +409,9 @@ one device kernel handles the whole tensor list. Convolution on a PrivateUse1 de
 reaches aten::convolution_overrideable / convolution_backward_overrideable, which have
 no CPU kernel: the shim runs them through host substitutes (aten::convolution /
 aten::convolution_backward), as it runs native_dropout with the core's generator and the
-fused LSTM/GRU cells (aten::_thnn_fused_*), which only CUDA implements, with CUDA's math.
+fused LSTM/GRU cells (aten::_thnn_fused_*) and SyncBatchNorm's statistics (aten::batch_norm_stats,
+_elemt, _gather_stats_with_counts, _backward_reduce, _backward_elemt), which only CUDA implements,
+with CUDA's math.
 """
 from dataclasses import dataclass
 
@@ -449,11 +451,17 @@ def lowering_for(op: str) -> Lowering | None:
 
 # Ops with no CPU kernel that the shim runs through a host substitute (csrc/shim/host_substitutes.cpp):
 # on a PrivateUse1 device, convolution dispatches to the "overrideable" entry points, and the
-# LSTM/GRU cells to the fused cells that otherwise only CUDA implements (csrc/shim/rnn_cells.cpp).
+# LSTM/GRU cells to the fused cells that otherwise only CUDA implements (csrc/shim/rnn_cells.cpp), and
+# SyncBatchNorm reaches CUDA's batch-norm statistics operators (csrc/shim/batch_norm_stats.cpp); the
+# scaled matmuls run the device's dequantizing kernels on every host (csrc/shim/scaled_matmul.cpp).
 _HOST_SUBSTITUTED = {"aten::convolution_overrideable": "conv",
                      "aten::convolution_backward_overrideable": "conv",
                      "aten::_thnn_fused_lstm_cell": "rnn", "aten::_thnn_fused_lstm_cell_backward_impl": "rnn",
-                     "aten::_thnn_fused_gru_cell": "rnn", "aten::_thnn_fused_gru_cell_backward": "rnn"}
+                     "aten::_thnn_fused_gru_cell": "rnn", "aten::_thnn_fused_gru_cell_backward": "rnn",
+                     "aten::_scaled_mm": "matmul", "aten::_scaled_mm_v2": "matmul",
+                     "aten::_scaled_grouped_mm": "matmul",
+                     **{f"aten::batch_norm_{name}": "normalization" for name in
+                        ("stats", "elemt", "gather_stats_with_counts", "backward_reduce", "backward_elemt")}}
 
 
 def build_table() -> dict[str, list[tuple[str, str, str | None]]]:

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
 
+#include "batch_norm_stats.h"
 #include "generator.h"
 #include "rnn_cells.h"
 
@@ -89,6 +90,12 @@ const std::unordered_map<std::string, HostSubstitute>& host_substitutes() {
       {"aten::_scaled_grouped_mm", {"torch_neuronx::scaled_grouped_mm", nullptr, nullptr}},
       {"aten::histc.out", {nullptr, nullptr, &histc_out}},
       {"aten::_thnn_fused_lstm_cell", {nullptr, nullptr, &fused_lstm_cell}},
+      // SyncBatchNorm's statistics (batch_norm_stats.cpp), which otherwise only CUDA implements.
+      {"aten::batch_norm_stats", {nullptr, nullptr, &batch_norm_stats}},
+      {"aten::batch_norm_elemt", {nullptr, nullptr, &batch_norm_elemt}},
+      {"aten::batch_norm_gather_stats_with_counts", {nullptr, nullptr, &batch_norm_gather_stats_with_counts}},
+      {"aten::batch_norm_backward_reduce", {nullptr, nullptr, &batch_norm_backward_reduce}},
+      {"aten::batch_norm_backward_elemt", {nullptr, nullptr, &batch_norm_backward_elemt}},
       {"aten::_thnn_fused_lstm_cell_backward_impl", {nullptr, nullptr, &fused_lstm_cell_backward}},
       {"aten::_thnn_fused_gru_cell", {nullptr, nullptr, &fused_gru_cell}},
       {"aten::_thnn_fused_gru_cell_backward", {nullptr, nullptr, &fused_gru_cell_backward}},

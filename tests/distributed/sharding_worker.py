@@ -24,7 +24,7 @@ from torch.distributed.tensor.parallel import (
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.checkpoint import checkpoint
 
-import torch_neuronx  # noqa: F401
+import torch_neuronx
 
 CHECKS: dict[str, Callable[[], None]] = {}
 
@@ -257,6 +257,44 @@ def compiled_simple_fsdp_matches_cpu() -> None:
             setattr(layer, name, torch.nn.Parameter(shard))
             torch.nn.utils.parametrize.register_parametrization(layer, name, ReplicateForCompute(), unsafe=True)
     train_like_cpu(torch.compile(model, backend="neuron", fullgraph=True), reference)
+
+
+def batch_norm_mlp() -> torch.nn.Sequential:
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 8))
+
+
+@check
+def sync_batch_norm_under_ddp_matches_batch_norm_on_the_global_batch() -> None:
+    """SyncBatchNorm normalizes with the whole global batch's statistics (its statistics
+    operators run on the device: csrc/shim/batch_norm_stats.cpp): trained under DDP it equals
+    BatchNorm trained on the whole batch in one CPU process, parameters and running estimates."""
+    model, reference = pair(batch_norm_mlp)
+    ddp = DDP(torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).to("neuron"))
+    torch_neuronx.clear_op_tracking()
+    train_like_cpu(ddp, reference)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(ddp.module[1], name).cpu(), getattr(reference[1], name), msg=name)
+    executed = torch_neuronx.get_executed_ops()
+    assert {"aten::batch_norm_stats", "aten::batch_norm_backward_elemt"} <= set(executed), executed
+    assert not [op for op in torch_neuronx.get_fallback_ops() if "batch_norm" in op]
+
+
+@check
+def sync_batch_norm_with_uneven_batches_normalizes_over_all_of_them() -> None:
+    """Rank r holds r + 2 images: the counts weigh each rank's statistics (2-D, channels last)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    sizes = [r + 2 for r in range(world)]
+    images = torch.randn(sum(sizes), 3, 4, 5, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(0)
+    sync = torch.nn.SyncBatchNorm(3).to("neuron")
+    local = images.split(sizes)[rank].to("neuron", memory_format=torch.channels_last)
+    out = sync(local)
+    reference = torch.nn.BatchNorm2d(3)
+    expected = reference(images).split(sizes)[rank]
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sync.running_var.cpu(), reference.running_var)
 
 
 class Branchy(torch.nn.Module):

@@ -54,7 +54,9 @@ REQUIRED_SYNC = {
 HOST_SUBSTITUTED = {"aten::convolution_overrideable", "aten::convolution_backward_overrideable",
                     "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_lstm_cell_backward_impl",
                     "aten::_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell_backward",
-                    "aten::_scaled_grouped_mm"}  # torch_neuronx::scaled_grouped_mm (no CPU kernel in torch)
+                    "aten::_scaled_grouped_mm",  # torch_neuronx::scaled_grouped_mm (no CPU kernel in torch)
+                    *(f"aten::batch_norm_{name}" for name in  # SyncBatchNorm's, CUDA's only
+                      ("stats", "elemt", "gather_stats_with_counts", "backward_reduce", "backward_elemt"))}
 
 
 def _packet_and_overload(op: str) -> tuple[str, str]:

@@ -29,7 +29,9 @@ one device kernel handles the whole tensor list. Convolution on a PrivateUse1 de
 reaches aten::convolution_overrideable / convolution_backward_overrideable, which have
 no CPU kernel: the shim runs them through host substitutes (aten::convolution /
 aten::convolution_backward), as it runs native_dropout with the core's generator and the
-fused LSTM/GRU cells (aten::_thnn_fused_*), which only CUDA implements, with CUDA's math.
+fused LSTM/GRU cells (aten::_thnn_fused_*) and SyncBatchNorm's statistics (aten::batch_norm_stats,
+_elemt, _gather_stats_with_counts, _backward_reduce, _backward_elemt), which only CUDA implements,
+with CUDA's math.
 """
 from dataclasses import dataclass
 
@@ -54,7 +56,19 @@ class Lowering:
 
 
 LOWERINGS: tuple[Lowering, ...] = (
-    # ---- elementwise (343)
+    # ---- elementwise (355)
+    Lowering("aten::__ilshift__.Scalar", "async", None, "elementwise"),
+    Lowering("aten::__ilshift__.Tensor", "async", None, "elementwise"),
+    Lowering("aten::__irshift__.Scalar", "async", None, "elementwise"),
+    Lowering("aten::__irshift__.Tensor", "async", None, "elementwise"),
+    Lowering("aten::__lshift__.Scalar", "async", "Scalar_out", "elementwise"),
+    Lowering("aten::__lshift__.Scalar_out", "async", None, "elementwise"),
+    Lowering("aten::__lshift__.Tensor", "async", "Tensor_out", "elementwise"),
+    Lowering("aten::__lshift__.Tensor_out", "async", None, "elementwise"),
+    Lowering("aten::__rshift__.Scalar", "async", "Scalar_out", "elementwise"),
+    Lowering("aten::__rshift__.Scalar_out", "async", None, "elementwise"),
+    Lowering("aten::__rshift__.Tensor", "async", "Tensor_out", "elementwise"),
+    Lowering("aten::__rshift__.Tensor_out", "async", None, "elementwise"),
     Lowering("aten::abs.out", "async", None, "elementwise"),
     Lowering("aten::abs_", "async", None, "elementwise"),
     Lowering("aten::acos", "async", "out", "elementwise"),
@@ -94,19 +108,6 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::bitwise_and.Tensor_out", "async", None, "elementwise"),
     Lowering("aten::bitwise_and_.Scalar", "async", None, "elementwise"),
     Lowering("aten::bitwise_and_.Tensor", "async", None, "elementwise"),
-    # The shift operators' own overloads (x >> 4 on a tensor), besides bitwise_*_shift.
-    Lowering("aten::__lshift__.Scalar", "async", "Scalar_out", "elementwise"),
-    Lowering("aten::__lshift__.Scalar_out", "async", None, "elementwise"),
-    Lowering("aten::__ilshift__.Scalar", "async", None, "elementwise"),
-    Lowering("aten::__lshift__.Tensor", "async", "Tensor_out", "elementwise"),
-    Lowering("aten::__lshift__.Tensor_out", "async", None, "elementwise"),
-    Lowering("aten::__ilshift__.Tensor", "async", None, "elementwise"),
-    Lowering("aten::__rshift__.Scalar", "async", "Scalar_out", "elementwise"),
-    Lowering("aten::__rshift__.Scalar_out", "async", None, "elementwise"),
-    Lowering("aten::__irshift__.Scalar", "async", None, "elementwise"),
-    Lowering("aten::__rshift__.Tensor", "async", "Tensor_out", "elementwise"),
-    Lowering("aten::__rshift__.Tensor_out", "async", None, "elementwise"),
-    Lowering("aten::__irshift__.Tensor", "async", None, "elementwise"),
     Lowering("aten::bitwise_left_shift.Tensor", "async", "Tensor_out", "elementwise"),
     Lowering("aten::bitwise_left_shift.Tensor_out", "async", None, "elementwise"),
     Lowering("aten::bitwise_left_shift_.Tensor", "async", None, "elementwise"),
@@ -660,7 +661,10 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::unique_consecutive", "sync", "out", "sorting"),
     Lowering("aten::unique_dim", "sync", "out", "sorting"),
     Lowering("aten::unique_dim_consecutive", "sync", "out", "sorting"),
-    # ---- matmul (27)
+    # ---- matmul (30)
+    Lowering("aten::_scaled_mm", "async", None, "matmul"),
+    Lowering("aten::_scaled_mm_v2", "async", None, "matmul"),
+    Lowering("aten::_scaled_grouped_mm", "async", None, "matmul"),
     Lowering("aten::_addmm_activation", "async", "out", "matmul"),
     Lowering("aten::_addmm_activation.out", "async", None, "matmul"),
     Lowering("aten::_int_mm", "async", "out", "matmul"),
@@ -686,10 +690,6 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::linalg_cross", "async", "out", "matmul"),
     Lowering("aten::linalg_cross.out", "async", None, "matmul"),
     Lowering("aten::mm", "async", "out", "matmul"),
-    # Dequantized on every host (host_substitutes.cpp): not the CPU's oneDNN path on AMX hosts.
-    Lowering("aten::_scaled_mm", "async", None, "matmul"),
-    Lowering("aten::_scaled_mm_v2", "async", None, "matmul"),
-    Lowering("aten::_scaled_grouped_mm", "async", None, "matmul"),
     Lowering("aten::mm.out", "async", None, "matmul"),
     Lowering("aten::vdot", "async", "out", "matmul"),
     # ---- linalg (45)
@@ -752,7 +752,12 @@ LOWERINGS: tuple[Lowering, ...] = (
     Lowering("aten::_thnn_fused_lstm_cell_backward_impl", "async", None, "rnn"),
     Lowering("aten::_thnn_fused_gru_cell", "async", None, "rnn"),
     Lowering("aten::_thnn_fused_gru_cell_backward", "async", None, "rnn"),
-    # ---- normalization (20)
+    # ---- normalization (25)
+    Lowering("aten::batch_norm_stats", "async", None, "normalization"),
+    Lowering("aten::batch_norm_elemt", "async", None, "normalization"),
+    Lowering("aten::batch_norm_gather_stats_with_counts", "async", None, "normalization"),
+    Lowering("aten::batch_norm_backward_reduce", "async", None, "normalization"),
+    Lowering("aten::batch_norm_backward_elemt", "async", None, "normalization"),
     Lowering("aten::_batch_norm_with_update", "async", None, "normalization"),
     Lowering("aten::_batch_norm_with_update.out", "async", None, "normalization"),
     Lowering("aten::_native_batch_norm_legit", "async", None, "normalization"),
