@@ -5,8 +5,11 @@
 allocation laid out (P, B0, B1, F0, F1), so the partition rule applies to P and every partition is
 charged blocks x free elements (all blocks live at once: the compiler may map blocks whose lifetimes
 do not overlap to the same address, the simulator charges the upper bound).
-`t[i, j]` is block (i, j), an ordinary (P, F) tile sharing the storage; an instruction applied to
-a whole block tensor runs once per block (one instruction per tile, as the compiler emits it).
+`t[i, j]` is block (i, j), an ordinary (P, F) tile sharing the storage; `t[i]` on a tensor with
+two block dims is the block tensor of row i (blocks (i, 0), (i, 1), ...), which a kernel may pass
+on and index again (the published semantics: ints index the leading block dims). An instruction
+applied to a whole block tensor runs once per block (one instruction per tile, as the compiler
+emits it).
 """
 from __future__ import annotations
 
@@ -31,6 +34,10 @@ def block_ndim(shape: Any) -> int:
     return next((i for i, s in enumerate(shape) if isinstance(s, ParDim)), 0)
 
 
+def _is_int(key: Any) -> bool:
+    return isinstance(key, (int, np.integer)) and not isinstance(key, bool)
+
+
 def _whole(key: Any) -> bool:
     """True for an index that selects a whole dim (`...` or `:`)."""
     return key is Ellipsis or (isinstance(key, slice) and key == slice(None))
@@ -41,10 +48,15 @@ class BlockTile(Tile):
     Its values read as the logical (B..., P, F...) array (DMA, item assignment); compute
     instructions take its blocks."""
 
-    def __init__(self, physical: Tile, blocks: int) -> None:
-        super().__init__(np.moveaxis(physical.data, 0, blocks), physical.dtype, physical.buffer, physical.name,
-                         base=physical)
+    def __init__(self, data: np.ndarray, blocks: int, base: Tile) -> None:
+        """``data``: the logical (B..., P, F...) values, a view of ``base``'s storage."""
+        super().__init__(data, base.dtype, base.buffer, base.name, base=base)
         self.block_shape: tuple[int, ...] = self.data.shape[:blocks]
+
+    @classmethod
+    def over(cls, physical: Tile, blocks: int) -> BlockTile:
+        """The block tensor stored as ``physical``'s (P, B..., F...) tile."""
+        return cls(np.moveaxis(physical.data, 0, blocks), blocks, physical)
 
     def __repr__(self) -> str:
         return f"NkiTensor({self.buffer}, blocks={self.block_shape}, shape={self.shape}, dtype={self.dtype})"
@@ -61,18 +73,29 @@ class BlockTile(Tile):
         """(block ints, key of the rest) when `key` picks one block, else (None, key)."""
         key = key if isinstance(key, tuple) else (key,)
         blocks = len(self.block_shape)
-        if len(key) >= blocks and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
-                                      for k in key[:blocks]):
+        if len(key) >= blocks and all(_is_int(k) for k in key[:blocks]):
             return tuple(int(k) for k in key[:blocks]), key[blocks:]
         return None, key
+
+    def _leading_blocks(self, key: tuple) -> BlockTile | None:
+        """`t[i]` (ints for some leading block dims, nothing else): the block tensor they select."""
+        ints = next((n for n, k in enumerate(key) if not _is_int(k)), len(key))
+        if not 0 < ints < len(self.block_shape) or not all(_whole(k) for k in key[ints:]):
+            return None
+        index = tuple(int(k) for k in key[:ints])
+        self.block(index + (0,) * (len(self.block_shape) - ints))  # the bounds check of each int
+        return BlockTile(self.data[index], len(self.block_shape) - ints, self)
 
     def __getitem__(self, key: Any) -> Tile:
         index, rest = self._split(key)
         if index is None:
             if all(_whole(k) for k in rest):
                 return self
-            raise NKIError("block-index", f"{self!r}: index one block with an int per block dim "
-                           f"(t[i] or t[i, 0:P, 0:F]) before slicing inside it; got {key!r}")
+            if (sub := self._leading_blocks(rest)) is not None:
+                sub._block_key = key  # as below: `t[i] op= v` updates the row in place
+                return sub
+            raise NKIError("block-index", f"{self!r}: index blocks with ints on the leading block dims "
+                           f"(t[i], t[i, j] or t[i, j, 0:P, 0:F]) before slicing inside a block; got {key!r}")
         view = self.block(index)
         if not all(_whole(k) for k in rest):
             view = view[rest]
@@ -106,7 +129,7 @@ def allocate(shape: Any, dtype: np.dtype, buffer: str, name: str, fill: Any = No
         tile = _ins.new_tile(np.zeros(physical, dtype), dtype, buffer, name)
     else:
         tile = _ins.memset(physical, fill, dtype, buffer)
-    return BlockTile(tile, blocks)
+    return BlockTile.over(tile, blocks)
 
 
 def _block_shapes(values: list[Any], what: str) -> tuple[int, ...] | None:

@@ -60,6 +60,47 @@ def test_block_view_is_a_partition_first_tile_sharing_storage():
     np.testing.assert_array_equal(got, want)
 
 
+def _scale_row(row, x_row, factor):
+    """A sub-kernel that takes one row of blocks (t[i] of a (B0, B1, P, F) tensor) and indexes it again."""
+    for j in nl.affine_range(row.shape[0]):
+        row[j] = nl.load(x_row[j])
+    row[...] = nl.multiply(row, factor)  # an instruction per block of the row
+
+
+@pytest.mark.parametrize("p,f", [(128, 8), (5, 3)])
+def test_fewer_ints_than_block_dims_give_the_remaining_blocks(p, f):
+    """Published semantics: ints index the leading block dims; `t[i]` of blocks=(2, 3) is the (3,)
+    block tensor of row i, a view a sub-kernel indexes again, updated in place by `t[i] += v`."""
+    x = rng.standard_normal((2, 3, p, f)).astype(F32)
+
+    def k(x_hbm):
+        out = nl.ndarray((2, 3, p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.zeros((2, 3, nl.par_dim(p), f), dtype=nl.float32)
+        row = t[1]
+        assert row.shape == (3, p, f) and row.block_shape == (3,) and row[2].shape == (p, f)
+        for i in nl.affine_range(2):
+            _scale_row(t[i], x_hbm[i], i + 2.0)
+        t[0] += t[1]        # a row of blocks plus a row: per block, row 0 only
+        nl.store(out, value=t)
+        return out
+    got = nki.simulate(k)(x)
+    want = x * np.array([2.0, 3.0], F32)[:, None, None, None]
+    want[0] += want[1]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_rule_leading_block_index_out_of_bounds_and_slices_of_block_dims():
+    def k(x):
+        t = nl.zeros((2, 3, nl.par_dim(8), 4), dtype=nl.float32)
+        return t[2]  # <- rule
+    expect_rule(k, [np.zeros(1, F32)], "out-of-bounds")
+
+    def k2(x):
+        t = nl.zeros((2, 3, nl.par_dim(8), 4), dtype=nl.float32)
+        return t[1, 0:2]  # <- rule
+    expect_rule(k2, [np.zeros(1, F32)], "block-index")
+
+
 def test_capacity_is_blocks_times_free_per_partition():
     def k(x_hbm):
         out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
