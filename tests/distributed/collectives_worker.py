@@ -4,6 +4,7 @@ every rank's inputs, which each rank can rebuild (they depend only on the rank).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -180,6 +181,15 @@ def all_gather_forms() -> None:
     objects = [None] * world()
     dist.all_gather_object(objects, {"rank": rank()})
     assert objects == [{"rank": r} for r in range(world())], objects
+    # all_gather_coalesced: output_tensor_lists[r][i] receives input i of rank r (sizes per input).
+    inputs = [values(rank(), 3).to(dev()), values(rank() + 10, 5).to(dev())]
+    lists = [[torch.empty(3, device=dev()), torch.empty(5, device=dev())] for _ in range(world())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # "will be deprecated"
+        dist.all_gather_coalesced(lists, inputs)
+    for r, (small, large) in enumerate(lists):
+        same(small, values(r, 3))
+        same(large, values(r + 10, 5))
 
 
 @check

@@ -324,7 +324,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def allgather_coalesced(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
                             opts: Any = None) -> dist.Work:
-        return _each(lambda o, i, opts: self.allgather([o], [i], opts), outputs, inputs, opts)
+        """``outputs[r][i]`` receives input ``i`` of rank ``r``: one all-gather per input."""
+        opts = opts or dist.AllgatherOptions()
+        if not self._on_neuron([*inputs, *(t for group in outputs for t in group)]):
+            return self._host().allgather_coalesced(outputs, inputs, opts)
+        per_input = [[group[i] for group in outputs] for i in range(len(inputs))]
+        return _each(lambda o, i, opts: self.allgather([o], [i], opts), per_input, inputs, opts)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                        opts: Any = None) -> dist.Work:
