@@ -34,6 +34,13 @@ def category(message: str) -> str:
     return next((name for name, pattern in CATEGORIES if pattern.search(message)), OTHER)
 
 
+def _error_line(message: str) -> str:
+    """The line naming the exception (the last such line), else the last line."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Timeout)\b", line)]
+    return (named or lines or [""])[-1][:300]
+
+
 def summarize(raw: dict) -> dict:
     tests = raw["tests"]
     outcomes = Counter(t["outcome"] for t in tests.values())
@@ -48,7 +55,7 @@ def summarize(raw: dict) -> dict:
         "skipped": outcomes["skip"],
         "pass_rate": f"{100 * outcomes['pass'] / enabled:.1f}%" if enabled else "n/a",
         "skips_by_category": dict(sorted(skips.items())),
-        "failures": {name: t["message"].strip().splitlines()[-1][:300] if t["message"].strip() else t["outcome"]
+        "failures": {name: _error_line(t["message"]) or t["outcome"]
                      for name, t in sorted(tests.items()) if t["outcome"] in ("fail", "error")},
         "outcomes": {name: t["outcome"] for name, t in sorted(tests.items())},
     }
