@@ -110,6 +110,11 @@ _SCALED_MATMULS = {"_scaled_mm", "_scaled_mm_v2", "_scaled_grouped_mm",  # aten'
                    "scaled_mm", "scaled_mm_v2", "scaled_grouped_mm"}
 
 
+def is_scaled_matmul(name: str) -> bool:
+    """``name`` (``"aten::_scaled_mm"``, ``"torch_neuronx::scaled_mm.default"``...) is a scaled matmul."""
+    return name.rpartition("::")[2].split(".")[0] in _SCALED_MATMULS
+
+
 def scaled_matmul_cost(name: str, inputs: list[tuple[Sequence[int], str]], output: Sequence[int]
                        ) -> tuple[int, str] | None:
     """(TensorE FLOPs, the dtype whose TensorE rate applies) of a scaled matmul, None for another
@@ -117,7 +122,7 @@ def scaled_matmul_cost(name: str, inputs: list[tuple[Sequence[int], str]], outpu
     its result's shape. PyTorch's FLOP counter has a formula for ``_scaled_mm`` only, which counts
     an fp4 operand's packed K once: here K is the values', the rate is the MX one (``"mx"``) when
     E8M0 block scales come with the operands, and a grouped matmul counts its groups' products."""
-    if name.rpartition("::")[2].split(".")[0] not in _SCALED_MATMULS or len(inputs) < 2:
+    if not is_scaled_matmul(name) or len(inputs) < 2:
         return None
     (a, a_dtype), (b, _) = inputs[0], inputs[1]
     k = a[-1] * (2 if a_dtype.lower() == "float4_e2m1fn_x2" else 1)
@@ -139,8 +144,8 @@ def _op(node: fx.Node, of: Any, failed: list[str]) -> Op | None:
     first = next((n.meta["val"] for n in inputs), outputs[0])
     dtype = str(first.dtype).removeprefix("torch.")
     name = node.target.name() if isinstance(node.target, torch._ops.OpOverload) else str(node.target)
-    tensors = [(n.meta["val"].shape, str(n.meta["val"].dtype).removeprefix("torch.")) for n in inputs]
-    scaled = scaled_matmul_cost(name, tensors, outputs[0].shape)
+    scaled = scaled_matmul_cost(name, [(n.meta["val"].shape, str(n.meta["val"].dtype).removeprefix("torch."))
+                                       for n in inputs], outputs[0].shape) if is_scaled_matmul(name) else None
     if scaled is not None:
         return Op(str(node.target), MATMUL, scaled[0], 0, scaled[1], reads, writes, "forward")
     formula = flop_registry.get(getattr(node.target, "overloadpacket", node.target))
