@@ -165,6 +165,15 @@ def test_compare_names_the_models_whose_outcome_changed(subset_rows, tmp_path):
     assert f"| pass on neuron, numerics match | {passing} (" in out and f"| {passing - 1} (" in out
 
 
+@pytest.mark.parametrize("task", ["token-classification", "question-answering"])
+def test_token_labels_and_answer_spans_train_like_the_cpu(task):
+    """The per-token and span heads: their inputs (labels per token, start/end positions) train
+    BERT's head on neuron with the CPU's numerics, in the sweep's child process."""
+    row = stages.run_isolated(spec("bert", task), compile_model=False)
+    assert row["task"] == task and row["cpu_pass"] and row["neuron_pass"], row
+    assert row["status_parity"] == "pass", row
+
+
 def test_malformed_and_unknown_configs_are_build_failures(tmp_path):
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"model_type": "llama", "hidden_size": ')

@@ -94,7 +94,7 @@ def describe(exc: BaseException) -> dict[str, str]:
 
 def make_inputs(task: str, config: Any, seed: int) -> dict[str, Any]:
     """Random inputs for ``task`` drawn from ``seed``: token ids (labels = the ids for language
-    modelling), class labels, decoder ids, or images."""
+    modelling), class labels (per sequence or per token), answer spans, decoder ids, or images."""
     import torch
     g = torch.Generator().manual_seed(seed)
     vocab = min(getattr(config, "vocab_size", None) or models.VOCAB, models.VOCAB)
@@ -115,6 +115,13 @@ def make_inputs(task: str, config: Any, seed: int) -> dict[str, Any]:
         return {"pixel_values": pixels, "labels": class_labels()}
     if task == "sequence-classification":
         return {"input_ids": ids(), "labels": class_labels()}
+    if task == "token-classification":
+        labels = torch.randint(0, getattr(config, "num_labels", 2), (BATCH, models.SEQUENCE), generator=g)
+        return {"input_ids": ids(), "labels": labels}
+    if task == "question-answering":
+        start = torch.randint(0, models.SEQUENCE // 2, (BATCH,), generator=g)
+        return {"input_ids": ids(), "start_positions": start,
+                "end_positions": start + torch.randint(0, models.SEQUENCE // 2, (BATCH,), generator=g)}
     if task == "seq2seq":
         target = ids()
         return {"input_ids": ids(), "decoder_input_ids": target, "labels": target}
