@@ -3,6 +3,8 @@
 // the running estimate.
 #include "batch_norm_stats.h"
 
+#include "host_substitutes.h"
+
 #include <ATen/ATen.h>
 #include <ATen/AccumulateType.h>
 
@@ -11,8 +13,6 @@
 namespace torch_neuronx {
 
 namespace {
-
-at::Tensor opt_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
 
 // The dims a per-channel statistic reduces: all but dim 1.
 std::vector<int64_t> reduced_dims(const at::Tensor& input, const char* op) {

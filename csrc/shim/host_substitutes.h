@@ -10,6 +10,9 @@
 
 namespace torch_neuronx {
 
+// An optional tensor argument of a host function's stack: undefined for None.
+inline at::Tensor opt_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
+
 struct HostSubstitute {
   const char* host_op;
   void (*adapt)(torch::jit::Stack&);

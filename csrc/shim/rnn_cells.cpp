@@ -2,14 +2,14 @@
 // (float for bfloat16/float16, as CUDA's accumulate type), rounded once on the way out.
 #include "rnn_cells.h"
 
+#include "host_substitutes.h"
+
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 
 namespace torch_neuronx {
 
 namespace {
-
-at::Tensor opt_tensor(const c10::IValue& v) { return v.isNone() ? at::Tensor() : v.toTensor(); }
 
 // A fused cell's inputs: (input_gates, hidden_gates, cx or hx, input_bias?, hidden_bias?).
 struct CellInputs {
